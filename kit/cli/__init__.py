@@ -1,0 +1,69 @@
+"""The `kit` command: a few lines per command over library functions.
+
+Errors are translated here and only here: a KitError becomes one line on stderr and its exit
+code; click's usage errors become one line and exit 2; Ctrl-C exits 130. No tracebacks for
+anything the user can fix.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kit.errors import ExitCode, KitError
+from kit.output import err_console
+
+# Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
+_COMMAND_MODULES = (
+    "kit.cli.up",
+    "kit.cli.image",
+    "kit.cli.catalog",
+    "kit.cli.watch",
+    "kit.cli.smoke",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="sglang-kit", prog_name="kit")
+def cli() -> None:
+    """Reproducible SGLang serving: pinned images, checked profiles, live start-up phases, hang verdicts."""
+
+
+def _register() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a command module not written yet
+            if exc.name != name:
+                raise
+
+
+def _fail(message: str, code: int) -> None:
+    err_console().print(f"kit: error: {message}", markup=False, highlight=False)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    try:
+        rv = cli.main(args=argv, prog_name="kit", standalone_mode=False)
+    except KitError as exc:
+        _fail(exc.one_line(), int(exc.exit_code))
+    except click.exceptions.NoArgsIsHelp as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        sys.exit(ExitCode.USAGE)
+    except click.UsageError as exc:
+        where = f" (see 'kit {exc.ctx.command_path.split(' ', 1)[-1]} --help')" if exc.ctx else ""
+        if exc.ctx and exc.ctx.command_path == "kit":
+            where = " (see 'kit --help')"
+        _fail(f"{exc.format_message()}{where}", ExitCode.USAGE)
+    except click.exceptions.Abort:
+        _fail("interrupted", ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", ExitCode.INTERRUPTED)
+    sys.exit(rv if isinstance(rv, int) else 0)
