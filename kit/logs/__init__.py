@@ -1,0 +1,55 @@
+"""The SGLang log model: lines -> events -> phases, timelines and verdicts. Pure; no Docker.
+
+    parse_text(text) / LogParser.feed(line)    events (milestones, notes, errors with tracebacks)
+    Tracker                                     phases per rank, stall windows, deadlines, verdicts
+    analyze_text(text) / analyze_path(path)     an offline report with likely causes
+
+Patterns per SGLang release live in patterns.toml and likely causes in causes.toml; see
+docs/logs.md.
+"""
+
+from kit.logs.analyze import AnalysisReport, analyze_path, analyze_text
+from kit.logs.events import Event, Milestone, Note, Phase, Rank, phase_after
+from kit.logs.parser import LogParser, parse_text
+from kit.logs.tracker import (
+    ActivitySample,
+    Crashed,
+    Deadline,
+    Hung,
+    MissingRanks,
+    PhaseLimits,
+    PhaseSpan,
+    RankState,
+    Ready,
+    StageSeconds,
+    Tracker,
+    Verdict,
+    VerdictKind,
+)
+
+__all__ = [
+    "ActivitySample",
+    "AnalysisReport",
+    "Crashed",
+    "Deadline",
+    "Event",
+    "Hung",
+    "LogParser",
+    "Milestone",
+    "MissingRanks",
+    "Note",
+    "Phase",
+    "PhaseLimits",
+    "PhaseSpan",
+    "Rank",
+    "RankState",
+    "Ready",
+    "StageSeconds",
+    "Tracker",
+    "Verdict",
+    "VerdictKind",
+    "analyze_path",
+    "analyze_text",
+    "parse_text",
+    "phase_after",
+]

@@ -1,0 +1,201 @@
+"""Turn SGLang log text into `Event`s: line by line for live use, or a whole buffer at once.
+
+Both entry points share one classifier, so they give identical events for identical input:
+`parse_text(text)` equals feeding `text.split("\n")` to a `LogParser` one piece at a time and
+then calling `flush()`.
+
+The bulk path never runs Python per uninteresting line: one compiled alternation of every
+pattern's scan string (patterns.toml) searches the buffer in C, and only lines that hold a scan
+string are classified in Python. Tracebacks are the exception: once `Traceback (most recent
+call last)` is seen, following lines are read one by one until the exception line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.logs.events import Event, Milestone
+from kit.logs.patterns import TRACEBACK_START, Pattern, PatternSet, default_patterns
+from kit.logs.prefix import sglang_prefix, strip_wrappers
+
+# The last line of a traceback: an exception class name, optionally dotted, then ": message".
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::(?:\s.*)?)?")
+_CONTINUES, _ENDS_WITH_EXCEPTION, _FOREIGN = 0, 1, 2
+_TRACEBACK_KEEP_LINES = 400  # a runaway "traceback" (indented noise) must not grow without bound
+
+
+@dataclass
+class _PendingTraceback:
+    line_no: int
+    opener: str
+    lines: list[str] = field(default_factory=list)
+
+
+def _traceback_step(line: str) -> int:
+    body = strip_wrappers(line)
+    if body[:1] in (" ", "\t"):  # frames, source lines and ^^^^ markers are indented
+        return _CONTINUES
+    if _EXCEPTION_LINE.fullmatch(body):
+        return _ENDS_WITH_EXCEPTION
+    return _FOREIGN  # another record (or a blank line): the traceback was cut off
+
+
+class LogParser:
+    """Stateful line parser: `feed(line)` returns the events that line completes.
+
+    A traceback is one event, returned when its exception line arrives (or when an unrelated
+    line or `flush()` shows it was cut off); it carries the opening line's number, time and rank.
+    """
+
+    def __init__(self, patterns: PatternSet | None = None):
+        self._patterns = patterns or default_patterns()
+        self._search = self._patterns.scan.search
+        self._line_no = 0
+        self._pending: _PendingTraceback | None = None
+
+    @property
+    def line_no(self) -> int:
+        """How many lines were read so far."""
+        return self._line_no
+
+    def feed(self, line: str) -> list[Event]:
+        """Read one complete line (a trailing newline is dropped; embedded newlines split it)."""
+        if line.endswith("\n"):
+            line = line[:-1]
+        if "\n" in line:
+            return self.feed_text(line)
+        return self._feed_one(line)
+
+    def feed_text(self, text: str) -> list[Event]:
+        """Read a buffer: the same events as feeding each piece of `text.split("\\n")`."""
+        events: list[Event] = []
+        search = self._search
+        size = len(text)
+        pos = 0
+        while pos <= size:
+            if self._pending is not None:  # inside a traceback: one line at a time
+                end = text.find("\n", pos)
+                end = size if end < 0 else end
+                events.extend(self._feed_one(text[pos:end]))
+                pos = end + 1
+                continue
+            hit = search(text, pos)
+            if hit is None:
+                self._line_no += text.count("\n", pos) + 1
+                break
+            start = text.rfind("\n", pos, hit.start()) + 1 or pos
+            self._line_no += text.count("\n", pos, start)
+            end = text.find("\n", hit.start())
+            end = size if end < 0 else end
+            events.extend(self._feed_one(text[start:end]))
+            pos = end + 1
+        return events
+
+    def flush(self) -> list[Event]:
+        """End of input: a traceback still open is returned as cut off (no exception line)."""
+        if self._pending is None:
+            return []
+        return [self._finish_traceback(None)]
+
+    # -- one line ---------------------------------------------------------------------------
+
+    def _feed_one(self, line: str) -> list[Event]:
+        self._line_no += 1
+        if line.endswith("\r"):
+            line = line[:-1]
+        events: list[Event] = []
+        if self._pending is not None:
+            step = _traceback_step(line)
+            if step == _CONTINUES:
+                if len(self._pending.lines) < _TRACEBACK_KEEP_LINES:
+                    self._pending.lines.append(line)
+                return events
+            if step == _ENDS_WITH_EXCEPTION:
+                self._pending.lines.append(line)
+                return [self._finish_traceback(strip_wrappers(line).strip())]
+            events.append(self._finish_traceback(None))  # cut off; this line is read normally
+        if self._search(line) is None:
+            return events
+        if TRACEBACK_START in line:
+            self._pending = _PendingTraceback(self._line_no, line, [line])
+            return events
+        event = self._classify(line)
+        if event is not None:
+            events.append(event)
+        return events
+
+    def _classify(self, line: str) -> Event | None:
+        by_scan = self._patterns.by_scan
+        for hit in self._patterns.scan.finditer(line):
+            for pattern in by_scan[hit.group()]:
+                if pattern.whole_line:
+                    found = pattern.regex.fullmatch(strip_wrappers(line).strip())
+                else:
+                    found = pattern.regex.search(line)
+                if found is not None:
+                    return self._event(pattern, found, line, hit.start())
+        return None
+
+    def _event(self, pattern: Pattern, found: re.Match[str], line: str, at: int) -> Event:
+        time, rank = sglang_prefix(line, at)
+        fields: dict[str, Any] = {}
+        for name, value in found.groupdict().items():
+            if value is not None:
+                fields[name] = self._typed(name, value.strip())
+        if pattern.kind:
+            fields["kind"] = pattern.kind
+        return Event(
+            line_no=self._line_no,
+            time=time,
+            rank=rank,
+            milestone=pattern.milestone,
+            fields=fields,
+            text=line,
+            note=pattern.note,
+            dialect=pattern.dialect,
+            rank0_only=pattern.rank0_only,
+            fatal=pattern.fatal,
+        )
+
+    def _typed(self, name: str, value: str) -> Any:
+        try:
+            if name in self._patterns.int_fields:
+                return int(value)
+            if name in self._patterns.float_fields:
+                return float(value)
+        except ValueError:
+            pass
+        return value
+
+    def _finish_traceback(self, exception: str | None) -> Event:
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        opener = pending.opener
+        at = opener.find(TRACEBACK_START)
+        time, rank = sglang_prefix(opener, at)
+        # SGLang's scheduler logs its fatal exception as "Scheduler hit an exception: Traceback ...".
+        scheduler = "Scheduler hit an exception" in opener
+        fields: dict[str, Any] = {"kind": "scheduler_exception" if scheduler else "traceback"}
+        if exception:
+            fields["exception"] = exception
+        fields["traceback"] = "\n".join(pending.lines)
+        return Event(
+            line_no=pending.line_no,
+            time=time,
+            rank=rank,
+            milestone=Milestone.ERROR,
+            fields=fields,
+            text=opener,
+            dialect="errors",
+            fatal=scheduler,
+        )
+
+
+def parse_text(text: str, patterns: PatternSet | None = None) -> list[Event]:
+    """All events of a whole log (offline use); see the module docstring for the guarantees."""
+    parser = LogParser(patterns)
+    events = parser.feed_text(text)
+    events.extend(parser.flush())
+    return events

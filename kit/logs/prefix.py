@@ -1,0 +1,84 @@
+"""Line prefixes: SGLang's own `[date time TPn]` and the wrappers log collectors put before it.
+
+SGLang prefixes each record with `[YYYY-MM-DD HH:MM:SS(.mmm)( DPn)( PPn)( TPn)( EPn)]` (no rank
+part in the main process or, in recent releases, when tp=1); very old releases print `[HH:MM:SS
+TPn]` or `[gpu_id=N]`. Collectors add their own wrappers in front: docker/kubectl `--timestamps`
+(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, `srun -l` (`3: `), Ray (`(SchedulerActor
+pid=123) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
+(`INFO:     `, vLLM's `INFO 12-02 13:46:15 file.py:12] `).
+
+Milestones are found anywhere in a line, and the SGLang prefix is the last one before the match,
+so wrappers need no stripping there (and tqdm bars that glue a record onto their line still
+work). Stripping matters for multi-line records: traceback continuation lines and whole-line
+patterns such as the shell's `Killed`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from functools import lru_cache
+
+from kit.logs.events import Rank
+
+_SGLANG_PREFIX = re.compile(
+    r"\[(?:(?P<date>\d{4}-\d\d-\d\d) )?(?P<clock>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))?"
+    r"(?P<ranks>(?: [A-Z][A-Z_]*\d+)*)\]"
+    r"|\[gpu_id=(?P<gpu>\d+)\]"
+)
+_RANK_PART = re.compile(r" ([A-Z][A-Z_]*?)(\d+)")
+
+# One wrapper of each kind may appear, in any order, so the alternation repeats. Each consumes
+# exactly the separator its tool writes, so a continuation line keeps its own indentation.
+_WRAPPERS = re.compile(
+    r"""(?:
+        \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]         # --timestamps
+      | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ](?!\d)                   # Docker Desktop
+      | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
+      | \([\w.-]+[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]                             # Ray actor
+      | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l
+      | \[rank\d+\]:[ ]?                                                       # torch
+      | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[ ]\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:\.\d+)?[ ]\S*\][ ]  # vLLM
+      | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[ ]+                             # uvicorn style
+      | \[(?:\d{4}-\d\d-\d\d[ ])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:[ ][A-Z][A-Z_]*\d+)*\][ ]  # SGLang
+    )*""",
+    re.VERBOSE,
+)
+
+
+def strip_wrappers(line: str) -> str:
+    """The line without collector wrappers or SGLang's prefix in front (indentation kept)."""
+    return line[_WRAPPERS.match(line).end() :]  # type: ignore[union-attr]  # `*` always matches
+
+
+@lru_cache(maxsize=512)
+def _rank(parts: str) -> Rank | None:
+    values: dict[str, int] = {}
+    for name, number in _RANK_PART.findall(parts):
+        field = {"TP": "tp", "DP": "dp", "PP": "pp", "EP": "ep"}.get(name)
+        if field is not None:
+            values[field] = int(number)
+    return Rank(**values) if values else None
+
+
+def _time(date: str | None, clock: str, frac: str | None) -> datetime | None:
+    # Releases that print only the clock get a placeholder date (1900-01-01): durations inside
+    # one day stay right, which is all the tracker needs.
+    try:
+        year, month, day = (int(date[0:4]), int(date[5:7]), int(date[8:10])) if date else (1900, 1, 1)
+        micro = int(frac.ljust(6, "0")) if frac else 0
+        return datetime(year, month, day, int(clock[0:2]), int(clock[3:5]), int(clock[6:8]), micro)
+    except ValueError:  # digits in the right places but not a date (garbage, a version string)
+        return None
+
+
+def sglang_prefix(line: str, before: int | None = None) -> tuple[datetime | None, Rank | None]:
+    """Time and rank from the last SGLang prefix in `line[:before]`, (None, None) when there is none."""
+    last = None
+    for last in _SGLANG_PREFIX.finditer(line, 0, len(line) if before is None else before):  # noqa: B007
+        pass
+    if last is None:
+        return None, None
+    if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP ranks
+        return None, Rank(tp=int(last["gpu"]))
+    return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
