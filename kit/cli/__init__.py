@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "kit.cli.catalog",
     "kit.cli.watch",
     "kit.cli.smoke",
+    "kit.cli.analyze",
 )
 
 

@@ -184,34 +184,28 @@ def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> Anal
 
 
 def _evidence(events: list[Event], tracker: Tracker, outcome: Outcome) -> list[Event]:
-    """The lines that tell the story of the end: errors, the ranks' last steps, NCCL notes."""
+    """The lines that tell how it ended: first and last errors, the laggards' last steps, NCCL notes."""
     chosen: dict[int, Event] = {}
 
-    def keep(event: Event) -> None:
-        chosen.setdefault(event.line_no, event)
+    def keep(selected: list[Event]) -> None:
+        for event in selected:
+            chosen.setdefault(event.line_no, event)
 
-    errors = [e for e in events if e.is_error]
-    if outcome == "crashed":
-        for event in errors[:3] + errors[-5:]:
-            keep(event)
-    elif outcome == "ready":
+    if outcome == "ready":
+        keep([e for e in events if e.milestone in (Milestone.HTTP_UP, Milestone.READY)])
+    else:
+        errors = [e for e in events if e.is_error]
+        keep(errors[:2] + errors[-3:])  # the first failure is the cause; the last ones the end
+        last_of_rank: dict[str | None, Event] = {}
         for event in events:
-            if event.milestone in (Milestone.HTTP_UP, Milestone.READY):
-                keep(event)
-    stuck = set(tracker.stuck_ranks())
-    last_of_rank: dict[str | None, Event] = {}
-    for event in events:
-        if event.milestone is not None and event.milestone is not Milestone.ERROR:
-            last_of_rank[event.rank_key] = event
-    if outcome != "ready":
-        for event in last_of_rank.values():
-            if not stuck or event.rank_label in stuck:
-                keep(event)
-        notes = [e for e in events if e.note is not None and e.note is not Note.SHUTDOWN]
-        for event in notes[-6:]:
-            keep(event)
-    ordered = sorted(chosen.values(), key=lambda e: e.line_no)
-    return ordered[-_EVIDENCE_LIMIT:]
+            if event.milestone is not None and not event.is_error:
+                last_of_rank[event.rank_key] = event
+        stuck = set(tracker.stuck_ranks())
+        laggards = [e for e in last_of_rank.values() if e.rank_label in stuck]
+        # When every rank is stuck at the same step, two lines say it; otherwise name each laggard.
+        keep(laggards[-2:] if len(laggards) == len(last_of_rank) else laggards[:8])
+        keep([e for e in events if e.note is not None and e.note is not Note.SHUTDOWN][-4:])
+    return sorted(chosen.values(), key=lambda e: e.line_no)[-_EVIDENCE_LIMIT:]
 
 
 def _tail(text: str) -> list[str]:

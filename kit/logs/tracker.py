@@ -284,6 +284,16 @@ class Tracker:
                 changes["ready_at"] = t
             elif milestone is Milestone.HTTP_UP:
                 changes["http_up"] = True
+            if milestone in (Milestone.HTTP_UP, Milestone.READY):
+                # The front end only comes up once every scheduler finished its start-up.
+                order = MILESTONE_ORDER[milestone]
+                for other, peer in list(ranks.items()):
+                    if (
+                        other != key
+                        and peer.effective is not None
+                        and MILESTONE_ORDER[peer.effective] < order
+                    ):
+                        ranks[other] = _advance(peer, None, milestone, t, timeline)
         changes["ranks"] = MappingProxyType(ranks)
         changes["timeline"] = tuple(timeline)
         updated = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
