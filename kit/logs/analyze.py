@@ -17,7 +17,8 @@ from kit.errors import InputError
 from kit.logs.causes import default_causes, match_causes
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
-from kit.logs.patterns import default_patterns
+from kit.logs.patterns import PatternSet
+from kit.logs.prefix import first_time
 from kit.logs.tracker import Crashed, PhaseLimits, Ready, Tracker
 
 Outcome = Literal["ready", "crashed", "stalled"]
@@ -74,7 +75,7 @@ class AnalysisReport(_Frozen):
     lines: int
     started_at: datetime | None
     ended_at: datetime | None
-    startup_s: float | None  # first timestamp to "ready"
+    startup_s: float | None  # first stamped line to "ready"
     ranks: list[RankRow]
     missing: list[MissingRow]
     stuck: list[str]
@@ -89,7 +90,8 @@ def analyze_text(
     text: str, *, source: str | None = None, limits: PhaseLimits | None = None
 ) -> AnalysisReport:
     events = parse_text(text)
-    base = next((e.time for e in events if e.time is not None), None)
+    # Time zero is the launcher's first stamped line, so start-up time includes imports and args.
+    base = first_time(text) or next((e.time for e in events if e.time is not None), None)
     tracker = Tracker.start(limits)
     t = 0.0
     for event in events:
@@ -121,13 +123,12 @@ def analyze_text(
     )
     causes = match_causes(outcome, tracker.phase, haystack)
     versioned = [e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()]
-    patterns = default_patterns()
     return AnalysisReport(
         source=source,
         outcome=outcome,
         last_milestone=tracker.last_milestone,
         phase=tracker.phase,
-        dialect=max(versioned, key=patterns.dialect_rank, default=None),
+        dialect=max(versioned, key=PatternSet.dialect_rank, default=None),
         lines=text.count("\n") + (0 if not text or text.endswith("\n") else 1),
         started_at=base,
         ended_at=when(t),

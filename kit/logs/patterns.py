@@ -36,14 +36,17 @@ class Pattern:
 
 @dataclass(frozen=True)
 class PatternSet:
-    dialects: tuple[str, ...]  # in file order: later sections are newer wordings
+    dialects: tuple[str, ...]  # section names in file order
     by_scan: dict[str, tuple[Pattern, ...]]  # scan substring -> patterns to try, in file order
     scan: re.Pattern[str]
     float_fields: frozenset[str]
     int_fields: frozenset[str]
 
-    def dialect_rank(self, dialect: str | None) -> int:
-        return self.dialects.index(dialect) if dialect in self.dialects else -1
+    @staticmethod
+    def dialect_rank(dialect: str | None) -> tuple[int, ...]:
+        """Newer releases rank higher; sections that are not versions ("any", "errors") lowest."""
+        parts = (dialect or "").split(".")
+        return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (-1,)
 
 
 def _trie_regex(words: list[str]) -> str:

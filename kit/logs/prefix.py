@@ -82,3 +82,13 @@ def sglang_prefix(line: str, before: int | None = None) -> tuple[datetime | None
     if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP ranks
         return None, Rank(tp=int(last["gpu"]))
     return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
+
+
+def first_time(text: str) -> datetime | None:
+    """The first SGLang timestamp in a whole log (the launcher's first line, before any event)."""
+    for found in _SGLANG_PREFIX.finditer(text):
+        if found["clock"] is not None:
+            stamp = _time(found["date"], found["clock"], found["frac"])
+            if stamp is not None:
+                return stamp
+    return None

@@ -1,0 +1,340 @@
+"""Each pattern of each dialect in patterns.toml, from a line worded as that release prints it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.logs import Milestone, Note, parse_text
+from kit.logs.patterns import build_pattern_set, default_patterns
+
+P = "[2026-12-02 13:46:15 TP1] "
+M = "[2026-12-02 13:46:15] "
+
+# (line, milestone or note, dialect, fields that must be read off it)
+CASES: list[tuple[str, Milestone | Note, str, dict]] = [
+    (P + "Init nccl begin.", Milestone.INIT_BEGIN, "0.3", {}),
+    (P + "Init torch distributed begin.", Milestone.INIT_BEGIN, "0.4", {}),
+    (P + "Init torch distributed ends. mem usage=0.13 GB", Milestone.INIT_END, "0.4", {"mem_gb": 0.13}),
+    (
+        P + "Init torch distributed ends. elapsed=1.52 s, mem usage=0.25 GB",
+        Milestone.INIT_END,
+        "0.5",
+        {"elapsed_s": 1.52, "mem_gb": 0.25},
+    ),
+    (P + "Init parallel begin.", Milestone.INIT_BEGIN, "0.5.21", {}),
+    (P + "Init parallel ends. elapsed=0.59 s", Milestone.INIT_END, "0.5.21", {"elapsed_s": 0.59}),
+    (P + "Load weight begin. avail mem=21.63 GB", Milestone.LOAD_BEGIN, "any", {"avail_mem_gb": 21.63}),
+    (
+        P + "Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=6.09 GB, mem"
+        " usage=15.54 GB.",
+        Milestone.LOAD_END,
+        "any",
+        {"avail_mem_gb": 6.09, "mem_gb": 15.54},
+    ),
+    (
+        P + "Load weight end. elapsed=100.59 s, type=BailingMoeV3ForCausalLM, avail mem=97.27 GB,"
+        " mem usage=15.47 GB.",
+        Milestone.LOAD_END,
+        "any",
+        {"elapsed_s": 100.59, "avail_mem_gb": 97.27, "mem_gb": 15.47},
+    ),
+    (
+        P + "KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB",
+        Milestone.KV_READY,
+        "any",
+        {"tokens": 46611},
+    ),
+    (
+        P + "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 65536, K size: 0.00 GB, V size: 0.00 GB",
+        Milestone.KV_READY,
+        "any",
+        {"tokens": 65536},
+    ),
+    (
+        P + "SWA KV Cache is allocated. #tokens: 1024, KV size: 1.00 GB",
+        Milestone.KV_READY,
+        "any",
+        {"tokens": 1024},
+    ),
+    (P + "Memory pool end. avail mem=2.09 GB", Milestone.KV_READY, "any", {"avail_mem_gb": 2.09}),
+    (
+        P + "Mamba Cache is allocated. max_mamba_cache_size: 614, conv_state size: 0.38GB,"
+        " ssm_state size: 10.81GB",
+        Note.MAMBA_READY,
+        "any",
+        {},
+    ),
+    (
+        P + "Capture cuda graph begin. This can take up to several minutes. avail mem=1.45 GB",
+        Milestone.CAPTURE_BEGIN,
+        "any",
+        {"avail_mem_gb": 1.45},
+    ),
+    (
+        P + "Capture cuda graph end. Time elapsed: 7.23 s. avail mem=0.53 GB. mem usage=0.93 GB.",
+        Milestone.CAPTURE_END,
+        "any",
+        {"elapsed_s": 7.23, "mem_gb": 0.93},
+    ),
+    (
+        P + "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2],"
+        " avail mem=73.10 GB",
+        Milestone.CAPTURE_BEGIN,
+        "0.5.16",
+        {"graph": "decode", "backend": "full"},
+    ),
+    (
+        P + "Capture target verify CUDA graph end. elapsed=4.56 s, mem usage=0.38 GB, avail mem=7.39 GB.",
+        Milestone.CAPTURE_END,
+        "0.5.16",
+        {"graph": "verify", "elapsed_s": 4.56, "mem_gb": 0.38},
+    ),
+    (
+        "[2026-07-21 08:22:00 TP0] Capture draft decode CUDA graph begin. backend=full, bs=[1,"
+        " 2], avail mem=7.39 GB",
+        Milestone.CAPTURE_BEGIN,
+        "0.5.16",
+        {"graph": "decode"},
+    ),
+    (
+        "[2026-07-21 08:22:01 TP0] Capture draft extend CUDA graph end. elapsed=1.56 s, mem"
+        " usage=0.38 GB, avail mem=7.01 GB.",
+        Milestone.CAPTURE_END,
+        "0.5.16",
+        {"graph": "extend", "elapsed_s": 1.56},
+    ),
+    (
+        M + "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        Milestone.HTTP_UP,
+        "server",
+        {"url": "http://0.0.0.0:30000"},
+    ),
+    (M + "The server is fired up and ready to roll!", Milestone.READY, "server", {}),
+    (
+        M + "SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+        Note.SHUTDOWN,
+        "server",
+        {},
+    ),
+    (M + "Received SIGTERM, exiting", Note.SHUTDOWN, "server", {}),
+    (M + "INFO:     Shutting down", Note.SHUTDOWN, "server", {}),
+    (
+        "[2025-03-08 12:29:12 TP0] sglang is using nccl==2.21.5",
+        Note.NCCL_VERSION,
+        "nccl",
+        {"nccl_version": "2.21.5"},
+    ),
+    (
+        "host:3828976:3828976 [0] NCCL INFO Connected all trees",
+        Note.NCCL_CONNECTED,
+        "nccl",
+        {"topology": "trees"},
+    ),
+    (
+        "host:203219:203219 [5] NCCL INFO ncclCommInitRank comm 0x55de rank 13 nranks 16 cudaDev 5"
+        " nvmlDev 5 busId ab000"
+        " commId 0xf2 - Init COMPLETE",
+        Note.NCCL_INIT_COMPLETE,
+        "nccl",
+        {"nccl_rank": 13, "nccl_nranks": 16},
+    ),
+    (
+        "[Gloo] Rank 9 is connected to 15 peer ranks. Expected number of connected peer ranks is : 15",
+        Note.GLOO_CONNECTED,
+        "nccl",
+        {"gloo_rank": 9, "peers_n": 15},
+    ),
+    (
+        M + "host:4001371:4001371 [1] misc/socket.cc:578 NCCL WARN socketPollConnect: connect to"
+        " 10.82.101.249<37857>"
+        " returned Connection refused",
+        Note.NCCL_WARN,
+        "nccl",
+        {},
+    ),
+    (
+        "[2026-02-25 16:41:56 TP9] Scheduler hit an exception: ValueError: bad",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "scheduler_exception", "exception": "ValueError: bad"},
+    ),
+    (
+        M + "Rank 3 scheduler is dead. Please check if there are relevant logs.",
+        Milestone.ERROR,
+        "errors",
+        {"dead_rank": 3},
+    ),
+    (
+        M + "Initialization failed. Please see the error messages above.",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "init_failed"},
+    ),
+    (
+        M + "Subprocess scheduler_0 (pid=10367) crashed with exit code -9. Triggering SIGQUIT for cleanup...",
+        Milestone.ERROR,
+        "errors",
+        {"exit_code": -9},
+    ),
+    (
+        M + "Received sigquit from a child process. It usually means the child failed.",
+        Milestone.ERROR,
+        "errors",
+        {},
+    ),
+    (
+        M + "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+        Milestone.ERROR,
+        "errors",
+        {},
+    ),
+    ("Killed", Milestone.ERROR, "errors", {"kind": "killed"}),
+    ("Segmentation fault (core dumped)", Milestone.ERROR, "errors", {"kind": "segfault"}),
+    ("Fatal Python error: Aborted", Milestone.ERROR, "errors", {"kind": "fatal_python"}),
+    (
+        "[rank0]:[E1202 13:46:15.1 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective"
+        " operation timeout",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "nccl_timeout"},
+    ),
+    (
+        "[rank1]: CUDA error: an illegal memory access was encountered",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "cuda_error"},
+    ),
+    (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "oom"},
+    ),
+    (
+        "ncclSystemError: System call (e.g. socket, malloc) failed",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "nccl_error"},
+    ),
+    ("ncclInternalError: Internal check failed.", Milestone.ERROR, "errors", {"kind": "nccl_error"}),
+    (
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "nccl_error"},
+    ),
+    (
+        "ncclRemoteError: A call failed possibly due to a network error",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "nccl_error"},
+    ),
+    (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "runtime_error"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "what", "dialect", "fields"), CASES, ids=[c[0][-60:] for c in CASES])
+def test_dialect_line_is_read_as_its_milestone_with_its_fields(line, what, dialect, fields):
+    [event] = parse_text(line)
+    assert (event.milestone if isinstance(what, Milestone) else event.note) is what
+    assert event.dialect == dialect
+    for name, value in fields.items():
+        assert event.fields[name] == value, name
+    assert event.text == line
+
+
+def test_every_pattern_in_the_data_file_is_exercised_here():
+    exercised = set()
+    for line, *_ in CASES:
+        for pattern in (p for ps in default_patterns().by_scan.values() for p in ps):
+            if pattern.scan in line and pattern.regex.search(line):
+                exercised.add((pattern.dialect, pattern.scan, pattern.regex.pattern))
+    every = {(p.dialect, p.scan, p.regex.pattern) for ps in default_patterns().by_scan.values() for p in ps}
+    assert every - exercised == set()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-12-02 13:46:15 TP0] Decode batch. #running-req: 3, #token: 1234, token usage:"
+        " 0.01, gen throughput (token/s): 99.1",
+        "Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04,  1.74it/s]",
+        "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "The process was Killed by a signal",  # 'Killed' must be the whole line
+        M + "Subprocess detokenizer (pid=1) exited with exit code 0.",  # exit code 0 is no error
+        "",
+    ],
+)
+def test_uninteresting_lines_give_no_event(line):
+    assert parse_text(line) == []
+
+
+def test_rank0_only_marks_draft_capture_but_not_target_capture():
+    target, draft = parse_text(
+        "[t TP0] x\n"
+        "[2026-07-21 08:21:55 TP1] Capture target verify CUDA graph begin. backend=full\n"
+        "[2026-07-21 08:22:00 TP0] Capture draft decode CUDA graph begin. backend=full\n"
+    )
+    assert (target.rank0_only, draft.rank0_only) == (False, True)
+
+
+def test_fatal_marks_definitive_errors_only():
+    fatal, survivable = parse_text(M + "Rank 0 scheduler is dead.\n[rank0]: CUDA error: out of resources\n")
+    assert fatal.fatal and not survivable.fatal
+
+
+def _document(**pattern) -> dict:
+    return {"dialect": [{"name": "9.9", "pattern": [pattern]}]}
+
+
+def test_a_new_dialect_is_data_only():
+    patterns = build_pattern_set(
+        _document(milestone="init.begin", scan="Start distributed", regex=r"Start distributed\.")
+    )
+    [event] = parse_text("[2030-01-01 00:00:00 TP3] Start distributed.", patterns)
+    assert (event.milestone, event.dialect, event.rank.tp) == (Milestone.INIT_BEGIN, "9.9", 3)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        {"milestone": "init.begin"},  # no scan
+        {"milestone": "init.begin", "note": "shutdown", "scan": "x"},  # both
+        {"scan": "x"},  # neither
+        {"milestone": "init.begin", "scan": "x", "colour": "red"},  # unknown key
+        {"milestone": "no.such", "scan": "x"},
+    ],
+)
+def test_bad_pattern_data_is_rejected(pattern):
+    with pytest.raises(ValueError):
+        build_pattern_set(_document(**pattern))
+
+
+def test_versioned_dialects_rank_by_release_and_others_never_win():
+    from kit.logs.patterns import PatternSet
+
+    names = ["0.5.21", "any", "0.3", "0.5.16", "errors", "0.5", "0.4"]
+    assert sorted(names, key=PatternSet.dialect_rank) == [
+        "any",
+        "errors",
+        "0.3",
+        "0.4",
+        "0.5",
+        "0.5.16",
+        "0.5.21",
+    ]
+    assert set(default_patterns().dialects) >= {"0.3", "0.4", "0.5", "0.5.16", "0.5.21"}
+
+
+def test_report_dialect_is_the_newest_wording_seen():
+    from kit.logs import analyze_text
+
+    text = (
+        P + "Init torch distributed begin.\n" + P + "Capture target decode CUDA graph begin. backend=full\n"
+    )
+    assert analyze_text(text).dialect == "0.5.16"
