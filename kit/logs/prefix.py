@@ -33,7 +33,7 @@ _RANK_PART = re.compile(r" ([A-Z][A-Z_]*?)(\d+)")
 _WRAPPERS = re.compile(
     r"""(?:
         \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]         # --timestamps
-      | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ](?!\d)                   # Docker Desktop
+      | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]                         # Docker Desktop
       | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
       | \([\w.-]+[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]                             # Ray actor
       | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l
