@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kit.errors import InputError
-from kit.logs.causes import default_causes, match_causes
+from kit.logs.causes import match_causes
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
 from kit.logs.patterns import PatternSet
@@ -118,7 +118,7 @@ def analyze_text(
             *(str(e.fields.get("traceback", "")) for e in events if e.is_error),
             *(f"kind={e.fields['kind']}" for e in events if e.is_error and "kind" in e.fields),
             "missing-ranks" if missing else "",
-            *default_causes().words_in(text),
+            *dict.fromkeys(e.text for e in events if e.note is not None),  # each distinct note once
         ]
     )
     causes = match_causes(outcome, tracker.phase, haystack)

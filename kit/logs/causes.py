@@ -58,10 +58,6 @@ def _cause(raw: dict[str, Any]) -> Cause:
 @dataclass(frozen=True, slots=True)
 class CauseBook:
     causes: tuple[Cause, ...]
-    whole_log_words: tuple[str, ...]  # looked up in the whole log, not only the evidence
-
-    def words_in(self, text: str) -> tuple[str, ...]:
-        return tuple(word for word in self.whole_log_words if word in text)
 
 
 def build_causes(document: dict[str, Any]) -> CauseBook:
@@ -69,7 +65,7 @@ def build_causes(document: dict[str, Any]) -> CauseBook:
     ids = [c.id for c in causes]
     if len(set(ids)) != len(ids):
         raise ValueError("causes.toml: cause ids must be unique")
-    return CauseBook(causes=causes, whole_log_words=tuple(document.get("whole_log_words", ())))
+    return CauseBook(causes=causes)
 
 
 @cache

@@ -45,6 +45,8 @@ class Note(StrEnum):
     NCCL_CONNECTED = "nccl.connected"
     NCCL_INIT_COMPLETE = "nccl.init_complete"
     NCCL_WARN = "nccl.warn"
+    NCCL_TRANSPORT = "nccl.transport"
+    NCCL_NET = "nccl.net"
     GLOO_CONNECTED = "gloo.connected"
     MAMBA_READY = "memory.mamba"
     SHUTDOWN = "shutdown"

@@ -54,6 +54,7 @@ class LogParser:
         self._search = self._patterns.scan.search
         self._line_no = 0
         self._pending: _PendingTraceback | None = None
+        self._seen_once: set[Pattern] = set()
 
     @property
     def line_no(self) -> int:
@@ -130,11 +131,15 @@ class LogParser:
         by_scan = self._patterns.by_scan
         for hit in self._patterns.scan.finditer(line):
             for pattern in by_scan[hit.group()]:
+                if pattern.once and pattern in self._seen_once:
+                    continue
                 if pattern.whole_line:
                     found = pattern.regex.fullmatch(strip_wrappers(line).strip())
                 else:
                     found = pattern.regex.search(line)
                 if found is not None:
+                    if pattern.once:
+                        self._seen_once.add(pattern)
                     return self._event(pattern, found, line, hit.start())
         return None
 

@@ -32,6 +32,7 @@ class Pattern:
     rank0_only: bool = False
     fatal: bool = False
     whole_line: bool = False
+    once: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,22 @@ def _pattern(dialect: str, raw: dict[str, Any]) -> Pattern:
     scan = raw.get("scan")
     if not isinstance(scan, str) or not scan or "\n" in scan:
         raise ValueError(f"{where}: `scan` must be a non-empty one-line string")
+    if scan[0].isspace():  # the scan would be tried at every blank of every line
+        raise ValueError(f"{where}: `scan` must not start with whitespace")
     if ("milestone" in raw) == ("note" in raw):
         raise ValueError(f"{where}: give exactly one of `milestone` or `note`")
     regex = re.compile(raw.get("regex") or re.escape(scan))
-    unknown = set(raw) - {"milestone", "note", "scan", "regex", "kind", "rank0_only", "fatal", "whole_line"}
+    unknown = set(raw) - {
+        "milestone",
+        "note",
+        "scan",
+        "regex",
+        "kind",
+        "rank0_only",
+        "fatal",
+        "whole_line",
+        "once",
+    }
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
     return Pattern(
@@ -91,6 +104,7 @@ def _pattern(dialect: str, raw: dict[str, Any]) -> Pattern:
         rank0_only=bool(raw.get("rank0_only", False)),
         fatal=bool(raw.get("fatal", False)),
         whole_line=bool(raw.get("whole_line", False)),
+        once=bool(raw.get("once", False)),
     )
 
 

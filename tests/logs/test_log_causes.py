@@ -8,9 +8,9 @@ from kit.logs import Phase
 from kit.logs.causes import build_causes, default_causes, match_causes
 
 
-def _book(*causes: dict, words: tuple[str, ...] = ()):
+def _book(*causes: dict):
     base = {"title": "t", "why": "w", "what_to_try": ["x"]}
-    return build_causes({"cause": [{**base, **c} for c in causes], "whole_log_words": list(words)})
+    return build_causes({"cause": [{**base, **c} for c in causes]})
 
 
 def test_outcome_phase_and_required_words_filter():
@@ -42,10 +42,6 @@ def test_more_hints_found_rank_first_and_are_reported():
 def test_limit():
     book = _book(*({"id": str(i)} for i in range(10)))
     assert len(match_causes("ready", Phase.SERVING, "", book, limit=3)) == 3
-
-
-def test_whole_log_words_are_found_anywhere():
-    assert _book({"id": "a"}, words=(" via P2P/", "/dev/shm")).words_in("x via P2P/IPC y") == (" via P2P/",)
 
 
 @pytest.mark.parametrize(

@@ -139,6 +139,24 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         {"nccl_rank": 13, "nccl_nranks": 16},
     ),
     (
+        "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        Note.NCCL_TRANSPORT,
+        "nccl",
+        {"transport": "P2P"},
+    ),
+    (
+        "host:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
+        Note.NCCL_TRANSPORT,
+        "nccl",
+        {},
+    ),
+    (
+        "host:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB ens3np0",
+        Note.NCCL_NET,
+        "nccl",
+        {"net": "IB"},
+    ),
+    (
         "[Gloo] Rank 9 is connected to 15 peer ranks. Expected number of connected peer ranks is : 15",
         Note.GLOO_CONNECTED,
         "nccl",
@@ -264,7 +282,7 @@ def test_every_pattern_in_the_data_file_is_exercised_here():
         "[2026-12-02 13:46:15 TP0] Decode batch. #running-req: 3, #token: 1234, token usage:"
         " 0.01, gen throughput (token/s): 99.1",
         "Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04,  1.74it/s]",
-        "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via IPC",
         "The process was Killed by a signal",  # 'Killed' must be the whole line
         M + "Subprocess detokenizer (pid=1) exited with exit code 0.",  # exit code 0 is no error
         "",
@@ -308,6 +326,7 @@ def test_a_new_dialect_is_data_only():
         {"scan": "x"},  # neither
         {"milestone": "init.begin", "scan": "x", "colour": "red"},  # unknown key
         {"milestone": "no.such", "scan": "x"},
+        {"note": "shutdown", "scan": " starts with a space"},
     ],
 )
 def test_bad_pattern_data_is_rejected(pattern):
@@ -338,3 +357,9 @@ def test_report_dialect_is_the_newest_wording_seen():
         P + "Init torch distributed begin.\n" + P + "Capture target decode CUDA graph begin. backend=full\n"
     )
     assert analyze_text(text).dialect == "0.5.16"
+
+
+def test_once_patterns_give_one_event_for_many_channel_lines():
+    text = "\n".join(f"h:1:1 [0] NCCL INFO Channel {c:02d}/0 : 0[0] -> 1[1] via P2P/IPC" for c in range(32))
+    [event] = parse_text(text)
+    assert (event.note, event.line_no) == (Note.NCCL_TRANSPORT, 1)

@@ -1,0 +1,167 @@
+"""Throughput of the offline log model on a generated, realistic 1M-line SGLang log.
+
+    .venv/bin/python benchmarks/analyze_bench.py [--lines N] [--repeat R] [--tp N]
+
+The log is a tp=8 start-up (launcher noise, NCCL_DEBUG=INFO set-up, weight loading with tqdm
+bars, KV cache, CUDA graph capture, HTTP up, ready) followed by serving traffic (decode and
+prefill batches, access lines, a request traceback) until it has N lines. It prints lines per
+second for parse_text and analyze_text (best of R runs) against the 500k lines/s goal. The exit
+code is 0 either way: this measures, it does not gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
+
+from kit.logs import analyze_text, parse_text
+
+GOAL_LINES_PER_S = 500_000
+
+
+def _stamp(second: int, rank: str = "") -> str:
+    minute, sec = divmod(second, 60)
+    hour, minute = divmod(minute, 60)
+    return f"[2026-12-02 {13 + hour % 10:02d}:{minute:02d}:{sec:02d}{rank}]"
+
+
+def generate_log(lines: int, tp: int = 8, seed: int = 7) -> str:
+    """A start-up of `tp` ranks, then serving traffic, `lines` lines long (the last line ends with \\n)."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    ranks = [f" TP{r}" for r in range(tp)]
+    host = "gpu-node-01"
+
+    def each_rank(second: int, text: str) -> None:
+        for rank in rng.sample(ranks, len(ranks)):
+            out.append(f"{_stamp(second, rank)} {text}")
+
+    out.append(
+        f"{_stamp(0)} server_args=ServerArgs(model_path='/models/Qwen3.5-122B-A10B', tp_size={tp}, ...)"
+    )
+    out.extend(
+        ["/usr/lib/python3/site-packages/torch/cuda/__init__.py:63: UserWarning: ...", "  warnings.warn("]
+        * 20
+    )
+    each_rank(8, "Init torch distributed begin.")
+    out.append(f"{_stamp(9, ' TP0')} sglang is using nccl==2.28.3")
+    for i in range(4000):  # NCCL_DEBUG=INFO set-up chatter
+        r = rng.randrange(tp)
+        out.append(
+            f"{host}:{4000 + r}:{4100 + r} [{r}] NCCL INFO Channel {i % 32:02d}/0 : {r}[{r}] -> "
+            f"{(r + 1) % tp}[{(r + 1) % tp}] via P2P/CUMEM/read"
+        )
+    for r in range(tp):
+        out.append(f"{host}:{4000 + r}:{4100 + r} [{r}] NCCL INFO Connected all trees")
+    each_rank(14, "Init torch distributed ends. elapsed=5.12 s, mem usage=0.62 GB")
+    each_rank(14, "Load weight begin. avail mem=94.21 GB")
+    for shard in range(1, 40):
+        out.append(
+            f"Loading safetensors checkpoint shards: {shard * 100 // 39:3d}% Completed | {shard}/39 "
+            f"[{shard // 60:02d}:{shard % 60:02d}<00:10, 1.{shard % 10}s/it]"
+        )
+    each_rank(95, "Load weight end. elapsed=81.02 s, type=Qwen3_5MoeForConditionalGeneration, "
+              "dtype=torch.bfloat16, avail mem=64.10 GB, mem usage=30.11 GB.")  # fmt: skip
+    each_rank(96, "Mamba Cache is allocated. max_mamba_cache_size: 614, conv_state size: 0.38GB")
+    each_rank(96, "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1933682, KV size: 12.45 GB")
+    each_rank(96, "Memory pool end. avail mem=12.41 GB")
+    each_rank(97, "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4]")
+    for step in range(60):
+        out.append(
+            f"Capturing batches (bs={64 - step} avail_mem=12.3{step % 10} GB): {step * 100 // 60}%|#####| "
+        )
+    each_rank(
+        110, "Capture target decode CUDA graph end. elapsed=13.50 s, mem usage=0.43 GB, avail mem=11.98 GB."
+    )
+    out.append(
+        f"{_stamp(111, ' TP0')} max_total_num_tokens=1933682, chunked_prefill_size=8192, context_len=262144"
+    )
+    out.append(f"{_stamp(112)} INFO:     Started server process [1]")
+    out.append(f"{_stamp(112)} INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    out.append(f'{_stamp(113)} INFO:     127.0.0.1:40000 - "POST /generate HTTP/1.1" 200 OK')
+    out.append(f"{_stamp(114)} The server is fired up and ready to roll!")
+
+    second = 115
+    traceback_at = lines // 2
+    while len(out) < lines:
+        second += rng.random() < 0.01
+        kind = rng.random()
+        if kind < 0.55:
+            out.append(
+                f"{_stamp(second, ' TP0')} Decode batch, #running-req: {rng.randrange(1, 64)}, #token: "
+                f"{rng.randrange(10**5)}, token usage: 0.0{rng.randrange(10)}, cuda graph: True, "
+                f"gen throughput (token/s): {rng.uniform(100, 3000):.2f}, #queue-req: 0, "
+            )
+        elif kind < 0.70:
+            out.append(
+                f"{_stamp(second, ' TP0')} Prefill batch, #new-seq: 1, #new-token: {rng.randrange(1, 8192)}, "
+                f"#cached-token: {rng.randrange(4096)}, token usage: 0.01, #running-req: 3, #queue-req: 0, "
+            )
+        elif kind < 0.92:
+            out.append(
+                f"{_stamp(second)} INFO:     10.0.{rng.randrange(255)}.{rng.randrange(255)}:"
+                f'{rng.randrange(30000, 60000)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+            )
+        elif kind < 0.97:
+            r = rng.randrange(tp)
+            out.append(f"{host}:{4000 + r}:{4200 + r} [{r}] NCCL INFO Comm config Blocking set to 1")
+        else:
+            out.append(
+                f"{_stamp(second)} INFO:     127.0.0.1:{rng.randrange(30000, 60000)} - "
+                '"GET /health HTTP/1.1" 200 OK'
+            )
+        if len(out) == traceback_at:  # a request that failed while serving; the server carries on
+            out.extend(
+                [
+                    f"{_stamp(second)} Error in request handler: Traceback (most recent call last):",
+                    '  File "/sgl/srt/entrypoints/http_server.py", line 512, in generate_request',
+                    "    ret = await tokenizer_manager.generate_request(obj, request).__anext__()",
+                    "ValueError: The input (300000 tokens) is longer than the context length (262144).",
+                ]
+            )
+    return "\n".join(out[:lines]) + "\n"
+
+
+def _best_of(repeat: int, fn, *args) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn(*args)
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tp", type=int, default=8)
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    text = generate_log(args.lines, tp=args.tp)
+    print(f"generated {args.lines:,} lines, {len(text) / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s")
+
+    parse_s, events = _best_of(args.repeat, parse_text, text)
+    analyze_s, report = _best_of(args.repeat, analyze_text, text)
+    print(f"parse_text:   {parse_s:.3f} s, {len(events):,} events")  # type: ignore[arg-type]
+    print(f"analyze_text: {analyze_s:.3f} s, outcome={report.outcome}, phase={report.phase}")  # type: ignore[union-attr]
+
+    verdict = "PASS"
+    for name, seconds in (("parse_text", parse_s), ("analyze_text", analyze_s)):
+        rate = args.lines / seconds
+        ratio = rate / GOAL_LINES_PER_S
+        status = "PASS" if ratio >= 1 else "BELOW GOAL"
+        verdict = verdict if ratio >= 1 else "BELOW GOAL"
+        print(f"{name:<13} {rate:>12,.0f} lines/s = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: {status}")
+    print(verdict)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
