@@ -132,7 +132,7 @@ def analyze_text(
         lines=text.count("\n") + (0 if not text or text.endswith("\n") else 1),
         started_at=base,
         ended_at=when(t),
-        startup_s=tracker.ready_at,
+        startup_s=None if base is None else tracker.ready_at,
         ranks=[
             RankRow(
                 rank=s.label,

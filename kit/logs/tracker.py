@@ -184,8 +184,8 @@ class MissingRanks:
     ranks: tuple[str, ...]
 
 
-def _sort_key(key: str | None, state: RankState) -> tuple[int, ...]:
-    return (-2, 0, 0, 0) if state.rank is None else state.rank.sort_key()
+def _sort_key(state: RankState) -> tuple[int, ...]:
+    return (-2, 0, 0, 0) if state.rank is None else state.rank.sort_key()  # main process first
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,11 @@ class Tracker:
     # -- inputs ------------------------------------------------------------------------------
 
     def observe_line(self, t: float, text: str | None = None) -> Tracker:
-        """Any log line, interesting or not: the log moved."""
+        """Any log line, interesting or not: the log moved (and its text joins the tail).
+
+        Live use: call this for every line, then `observe_event` for each event the parser
+        returned for it. Offline, events alone are enough.
+        """
         tail = self.tail if text is None else (*self.tail, text)[-self.limits.evidence_lines :]
         return dataclasses.replace(self, last_activity_at=max(self.last_activity_at, t), tail=tail)
 
@@ -229,12 +233,11 @@ class Tracker:
         return tracker
 
     def observe_event(self, event: Event, t: float) -> Tracker:
-        """One parsed event seen at time `t` (also counts as a log line)."""
+        """One parsed event seen at time `t` (its line also counts as log activity)."""
         seq = self.seq + 1
         changes: dict[str, object] = {
             "seq": seq,
             "last_activity_at": max(self.last_activity_at, t),
-            "tail": (*self.tail, event.text)[-self.limits.evidence_lines :],
         }
         ranks = dict(self.ranks)
         timeline = list(self.timeline)
@@ -335,7 +338,7 @@ class Tracker:
 
     @property
     def rank_states(self) -> tuple[RankState, ...]:
-        return tuple(state for key, state in sorted(self.ranks.items(), key=lambda kv: _sort_key(*kv)))
+        return tuple(sorted(self.ranks.values(), key=_sort_key))
 
     @property
     def last_milestone(self) -> Milestone | None:
@@ -368,27 +371,25 @@ class Tracker:
         Rank-0-only lines are expected from each TP group's rank 0 only. With `expected_ranks`
         set (plain TP numbering), ranks never seen at all are missing from every milestone.
         """
-        states = {key: s for key, s in self.ranks.items() if key is not None and s.rank is not None}
-        labels = {key: s.label for key, s in states.items()}
+        known: dict[str, Rank] = {
+            key: s.rank for key, s in self.ranks.items() if key is not None and s.rank is not None
+        }
         expected = self.limits.expected_ranks
-        plain_tp = all(s.rank.dp is None and s.rank.pp is None for s in states.values())  # type: ignore[union-attr]
-        if expected and plain_tp:
+        if expected and all(r.dp is None and r.pp is None for r in known.values()):
             for tp in range(expected):
-                labels.setdefault(f"TP{tp}", f"TP{tp}")
+                known.setdefault(f"TP{tp}", Rank(tp=tp))
         result = []
         for milestone in sorted(self.reached, key=MILESTONE_ORDER.__getitem__):
-            if milestone not in SCHEDULER_MILESTONES:
-                continue
             got = self.reached[milestone]
-            if not got - {None}:
+            if milestone not in SCHEDULER_MILESTONES or not got - {None}:
                 continue
             if milestone in self.all_ranks_print:
-                owed = set(labels)
-            else:
-                owed = {key for key in labels if key not in states or states[key].rank.is_rank0}  # type: ignore[union-attr]
-            absent = sorted(owed - got, key=lambda k: _label_order(labels[k], states.get(k)))
+                owed = set(known)
+            else:  # only rank-0-only lines reached it
+                owed = {key for key, rank in known.items() if rank.is_rank0}
+            absent = sorted(owed - got, key=lambda key: known[key].sort_key())
             if absent:
-                result.append(MissingRanks(milestone, tuple(labels[k] for k in absent)))  # type: ignore[index]
+                result.append(MissingRanks(milestone, tuple(known[key].label for key in absent)))
         return tuple(result)
 
     def crash(self, now: float, *, ended: bool = False) -> tuple[int, Event] | None:
@@ -468,13 +469,6 @@ def _delta(before: float | None, after: float | None) -> float:
     if before is None or after is None or after < before:  # unknown, or the counter was reset
         return 0.0
     return after - before
-
-
-def _label_order(label: str, state: RankState | None) -> tuple[int, ...]:
-    if state is not None and state.rank is not None:
-        return state.rank.sort_key()
-    digits = "".join(ch for ch in label if ch.isdigit())
-    return (-1, -1, int(digits) if digits else -1, -1)
 
 
 def _advance(

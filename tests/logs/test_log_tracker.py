@@ -338,3 +338,10 @@ def test_notes_are_evidence_not_progress():
     tracker = started((ev(Milestone.INIT_BEGIN, 0), 0), (connected, 5))
     assert tracker.progress_seq == 1 and tracker.phase is Phase.INIT
     assert tracker.rank_states[0].evidence[-1] == "NCCL INFO Connected all trees"
+
+
+def test_expected_but_unseen_ranks_are_not_owed_rank0_only_lines():
+    limits = PhaseLimits(expected_ranks=3)
+    events = [(ev(Milestone.KV_READY, tp), 0.0) for tp in range(2)]
+    tracker = started(*events, (ev(Milestone.CAPTURE_BEGIN, 0, rank0_only=True), 1.0), limits=limits)
+    assert [(m.milestone, m.ranks) for m in tracker.missing()] == [(Milestone.KV_READY, ("TP2",))]
