@@ -234,72 +234,67 @@ class Tracker:
 
     def observe_event(self, event: Event, t: float) -> Tracker:
         """One parsed event seen at time `t` (its line also counts as log activity)."""
-        seq = self.seq + 1
-        changes: dict[str, object] = {
-            "seq": seq,
-            "last_activity_at": max(self.last_activity_at, t),
-        }
-        ranks = dict(self.ranks)
-        timeline = list(self.timeline)
-        key = event.rank_key
-        keep = self.limits.evidence_lines
-
+        moved = dataclasses.replace(self, seq=self.seq + 1, last_activity_at=max(self.last_activity_at, t))
         if event.note is not None:
-            if event.note is Note.SHUTDOWN:
-                changes["shut_down"] = True
-            if key in ranks:
-                state = ranks[key]
-                ranks[key] = dataclasses.replace(
-                    state,
-                    last_t=t,
-                    last_time=event.time or state.last_time,
-                    evidence=(*state.evidence, event.text)[-keep:],
-                )
-                changes["ranks"] = MappingProxyType(ranks)
-            return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+            return moved._with_note(event, t)
+        if event.milestone is Milestone.ERROR:
+            return moved._with_error(event, t)
+        if event.milestone is not None:
+            return moved._with_milestone(event, event.milestone, t)
+        return moved
 
-        state = ranks.get(key) or RankState(rank=event.rank, phase_since=t)
-        state = dataclasses.replace(
+    def _touched(self, event: Event, t: float) -> RankState:
+        """The event's rank (new if unseen) with this line as its latest evidence."""
+        state = self.ranks.get(event.rank_key) or RankState(rank=event.rank, phase_since=t)
+        return dataclasses.replace(
             state,
             last_t=t,
             last_time=event.time or state.last_time,
-            evidence=(*state.evidence, event.text)[-keep:],
+            evidence=(*state.evidence, event.text)[-self.limits.evidence_lines :],
         )
-        milestone = event.milestone
-        if milestone is Milestone.ERROR:
-            ranks[key] = state
-            counts = not self.shut_down and (self.ready_seq is None or event.fatal)
-            if counts:
-                changes["errors"] = (*self.errors, (seq, t, event))
-        elif milestone is not None:
-            state = _advance(state, milestone, milestone, t, timeline)
-            ranks[key] = state
-            changes["progress_seq"] = seq
-            reached = dict(self.reached)
-            reached[milestone] = reached.get(milestone, frozenset()) | {key}
-            changes["reached"] = MappingProxyType(reached)
-            if not event.rank0_only:
-                changes["all_ranks_print"] = self.all_ranks_print | {milestone}
-            elif event.rank is not None and event.rank.is_rank0:
-                _carry_to_peers(ranks, event.rank, key, milestone, t, timeline)
-            if milestone is Milestone.READY:
-                changes["ready_seq"] = seq
-                changes["ready_at"] = t
-            elif milestone is Milestone.HTTP_UP:
-                changes["http_up"] = True
-            if milestone in (Milestone.HTTP_UP, Milestone.READY):
-                # The front end only comes up once every scheduler finished its start-up.
-                order = MILESTONE_ORDER[milestone]
-                for other, peer in list(ranks.items()):
-                    if (
-                        other != key
-                        and peer.effective is not None
-                        and MILESTONE_ORDER[peer.effective] < order
-                    ):
-                        ranks[other] = _advance(peer, None, milestone, t, timeline)
-        changes["ranks"] = MappingProxyType(ranks)
-        changes["timeline"] = tuple(timeline)
-        updated = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def _with_note(self, event: Event, t: float) -> Tracker:
+        changes: dict[str, object] = {}
+        if event.note is Note.SHUTDOWN:
+            changes["shut_down"] = True
+        if event.rank_key in self.ranks:  # notes are evidence for ranks already seen, not new ranks
+            changes["ranks"] = MappingProxyType({**self.ranks, event.rank_key: self._touched(event, t)})
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def _with_error(self, event: Event, t: float) -> Tracker:
+        ranks = MappingProxyType({**self.ranks, event.rank_key: self._touched(event, t)})
+        # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
+        counts = not self.shut_down and (self.ready_seq is None or event.fatal)
+        errors = (*self.errors, (self.seq, t, event)) if counts else self.errors
+        return dataclasses.replace(self, ranks=ranks, errors=errors)
+
+    def _with_milestone(self, event: Event, milestone: Milestone, t: float) -> Tracker:
+        key = event.rank_key
+        ranks = dict(self.ranks)
+        timeline = list(self.timeline)
+        ranks[key] = _advance(self._touched(event, t), milestone, milestone, t, timeline)
+        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
+            _carry_to_peers(ranks, event.rank, key, milestone, t, timeline)
+        if milestone in (Milestone.HTTP_UP, Milestone.READY):
+            # The front end only comes up once every scheduler finished its start-up.
+            order = MILESTONE_ORDER[milestone]
+            for other, peer in list(ranks.items()):
+                if other != key and peer.effective is not None and MILESTONE_ORDER[peer.effective] < order:
+                    ranks[other] = _advance(peer, None, milestone, t, timeline)
+        ready = milestone is Milestone.READY
+        updated = dataclasses.replace(
+            self,
+            ranks=MappingProxyType(ranks),
+            timeline=tuple(timeline),
+            progress_seq=self.seq,
+            reached=MappingProxyType(
+                {**self.reached, milestone: self.reached.get(milestone, frozenset()) | {key}}
+            ),
+            all_ranks_print=self.all_ranks_print if event.rank0_only else self.all_ranks_print | {milestone},
+            ready_seq=self.seq if ready else self.ready_seq,
+            ready_at=t if ready else self.ready_at,
+            http_up=self.http_up or milestone is Milestone.HTTP_UP,
+        )
         phase = updated._overall_phase()
         if phase != self.phase:
             updated = dataclasses.replace(updated, phase=phase, phase_since=t)
