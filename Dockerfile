@@ -56,12 +56,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     HF_HOME=/root/.cache/huggingface \
     PATH=/opt/venv/bin:${PATH}
 
-# System packages. A CA bundle given to the build (many GPU hosts sit behind TLS-intercepting
+# System packages (the -dev headers: inductor and triton compile kernels at run time). A CA bundle given to the build (many GPU hosts sit behind TLS-intercepting
 # proxies) is appended to the system trust store, so pip here and hub downloads at run time work.
 COPY ca/ /tmp/kit-ca/
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates ${PYTHON} ${PYTHON}-venv ${APT_PACKAGES} \
+ && apt-get install -y --no-install-recommends ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
  && if [ -s /tmp/kit-ca/ca-bundle.crt ]; then cat /tmp/kit-ca/ca-bundle.crt >> /etc/ssl/certs/ca-certificates.crt; fi \
  && rm -rf /tmp/kit-ca /var/lib/apt/lists/* \
  && ${PYTHON} -m venv /opt/venv \

@@ -42,6 +42,10 @@ def _register() -> None:
                 raise
 
 
+# click 8.2 renamed NoArgsIsHelp to NoArgsIsHelpError; a bare `kit` or `kit image` prints help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", None) or getattr(click.exceptions, "NoArgsIsHelp")
+
+
 def _fail(message: str, code: int) -> None:
     err_console().print(f"kit: error: {message}", markup=False, highlight=False)
     sys.exit(code)
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         rv = cli.main(args=argv, prog_name="kit", standalone_mode=False)
     except KitError as exc:
         _fail(exc.one_line(), int(exc.exit_code))
-    except click.exceptions.NoArgsIsHelp as exc:
+    except _NO_ARGS_IS_HELP as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else "")
         sys.exit(ExitCode.USAGE)
     except click.UsageError as exc:
@@ -67,4 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message(), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # `kit ... | head` closed the pipe: not an error worth a traceback
+        sys.stderr.close()
+        sys.exit(ExitCode.OK)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -33,7 +33,8 @@ ARCHITECTURE = {
     "max_position_embeddings": 4096,
 }
 # A fixed corpus: enough distinct text for a ~1000-token byte-level BPE vocabulary.
-CORPUS = """
+CORPUS = (
+    """
 The kit starts a model server in a container, watches every rank through distributed init,
 weight loading, memory pools and graph capture, and names the phase where a start-up stops.
 Tensor parallel ranks meet at a rendezvous, build a process group, and run a first all-reduce.
@@ -43,7 +44,9 @@ Hello world! How are you today? I am fine, thank you. What is the capital of Fra
 One two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen.
 The quick brown fox jumps over the lazy dog while the server answers chat completions in streams.
 Speculative decoding drafts tokens with a small head and verifies them with the target model.
-""" * 4
+"""
+    * 4
+)
 
 
 def build_tokenizer():

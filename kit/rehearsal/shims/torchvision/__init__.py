@@ -26,7 +26,7 @@ class _Placeholder:
     def __init__(self, path: str):
         self._path = path
 
-    def __getattr__(self, name: str) -> "_Placeholder":
+    def __getattr__(self, name: str) -> _Placeholder:
         if name.startswith("__"):
             raise AttributeError(name)
         return _Placeholder(f"{self._path}.{name}")

@@ -1,0 +1,187 @@
+"""Build an image from its manifest: build args, a small assembled context, the engine's build.
+
+The context is assembled here rather than taken from the checkout, so a build sends a few files
+(and an optional local torch wheel), never the whole repository, and works the same from a wheel
+install. The build itself goes through the docker SDK.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit import paths
+from kit.errors import InputError, KitError
+from kit.images.manifest import Manifest
+
+_CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    ca_bundle: Path | None = None
+    wheel_dirs: tuple[Path, ...] = ()
+    no_cache: bool = False
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    tag: str
+    image_id: str
+    seconds: float
+    torch_source: str
+    log_path: Path
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+def python_tag(python: str) -> str:
+    """'python3.11' -> 'cp311' (the wheel tag of the image's interpreter)."""
+    match = re.fullmatch(r"python(\d)\.(\d+)", python)
+    if not match:
+        raise InputError("base.python", f"'{python}' is not like python3.11", "name the interpreter package")
+    return f"cp{match.group(1)}{match.group(2)}"
+
+
+def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path]) -> Path | None:
+    """A local wheel of exactly this version for this interpreter (linux x86_64), if one lies in dirs."""
+    prefix = f"{dist}-{version}-{py_tag}-{py_tag}-"
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for wheel in sorted(directory.glob(f"{dist}-*.whl")):
+            if wheel.name.startswith(prefix) and "x86_64" in wheel.name:
+                return wheel
+    return None
+
+
+def build_args(manifest: Manifest, *, torch_from_local_wheel: bool) -> dict[str, str]:
+    """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal)."""
+    pins = manifest.pins
+    return {
+        "BASE_IMAGE": manifest.base.image,
+        "KIT_IMAGE_NAME": manifest.name,
+        "KIT_FLAVOR": manifest.flavor,
+        "KIT_DIALECT": manifest.dialect,
+        "APT_PACKAGES": " ".join(manifest.base.apt_packages),
+        "PYTHON": manifest.base.python,
+        "CUDA_VERSION": pins.cuda or "",
+        "TORCH_VERSION": pins.torch,
+        # With the exact wheel in the context, no index is asked (none may be reachable).
+        "TORCH_INDEX_URL": "" if torch_from_local_wheel else (pins.torch_index or ""),
+        "TORCHVISION_VERSION": pins.torchvision or "",
+        "SGLANG_VERSION": pins.sglang,
+        "SGLANG_KERNEL_VERSION": pins.sglang_kernel or "",
+        "FLASHINFER_VERSION": pins.flashinfer or "",
+        "NCCL_PACKAGE": pins.nccl_package or "",
+        "NCCL_VERSION": pins.nccl or "",
+        "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
+        "EXTRA_PIP": " ".join(manifest.extra_pip),
+    }
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, _CONTEXT_MTIME
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> None:
+    info = tar.gettarinfo(str(path), arcname=name)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = _CONTEXT_MTIME, 0, 0, "", ""
+    with path.open("rb") as handle:
+        tar.addfile(info, handle)
+
+
+def _add_tree(tar: tarfile.TarFile, prefix: str, root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            _add_file(tar, f"{prefix}/{path.relative_to(root).as_posix()}", path)
+
+
+def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
+    """Write the build context tar to `out`; return where torch will come from."""
+    pkg = paths.package_dir()
+    wheel = find_local_wheel(
+        "torch", manifest.pins.torch, python_tag(manifest.base.python), options.wheel_dirs
+    )
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        _add_file(tar, "Dockerfile", paths.dockerfile())
+        _add_tree(tar, "inimage", pkg / "images" / "inimage")
+        _add_bytes(tar, "inimage/.keep", b"")
+        rehearsal = pkg / "rehearsal"
+        _add_tree(tar, "rehearsal/shims", rehearsal / "shims")
+        _add_file(tar, "rehearsal/kit_faults.py", rehearsal / "kit_faults.py")
+        _add_file(tar, "rehearsal/tiny_model.py", rehearsal / "tiny_model.py")
+        if options.ca_bundle:
+            if not options.ca_bundle.is_file():
+                raise InputError("--ca-bundle", f"no file at {options.ca_bundle}", "give a PEM bundle path")
+            _add_file(tar, "ca/ca-bundle.crt", options.ca_bundle)
+        else:
+            _add_bytes(tar, "ca/.keep", b"")
+        if wheel:
+            _add_file(tar, f"wheels/{wheel.name}", wheel)
+        else:
+            _add_bytes(tar, "wheels/.keep", b"")
+    return f"local wheel {wheel}" if wheel else f"index {manifest.pins.torch_index or 'PyPI'}"
+
+
+BuildEvents = Callable[[str], None]
+
+
+def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents | None = None) -> BuildResult:
+    """Build `kit/sglang:<name>`; every output line goes to on_line and to a log file."""
+    from kit.runtime.engine import LABEL_MANAGED, client, translated
+
+    log_dir = paths.cache_dir() / "builds"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{manifest.name}.log"
+    started = time.monotonic()
+    image_id = ""
+    with tempfile.TemporaryFile() as context, log_path.open("w", encoding="utf-8") as log:
+        torch_source = write_context(context, manifest, options)
+        args = build_args(manifest, torch_from_local_wheel=torch_source.startswith("local"))
+        context.seek(0)
+        log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n")
+        with translated(f"building {manifest.tag}"):
+            stream = client().api.build(
+                fileobj=context,
+                custom_context=True,
+                tag=manifest.tag,
+                buildargs=args,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                nocache=options.no_cache,
+                labels={LABEL_MANAGED: "image"},
+            )
+            last: list[str] = []
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = chunk.get("error", "").strip()
+                    log.write(detail + "\n")
+                    tail = " | ".join(last[-3:])
+                    raise KitError(
+                        f"building {manifest.tag} failed: {detail}",
+                        hint=f"last output: {tail}; full log: {log_path}",
+                    )
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                text = chunk.get("stream", "")
+                for line in text.splitlines():
+                    if line.strip():
+                        log.write(line + "\n")
+                        last = [*last[-9:], line.strip()]
+                        if on_line:
+                            on_line(line)
+    if not image_id:
+        image_id = client().images.get(manifest.tag).id
+    return BuildResult(
+        manifest.name, manifest.tag, image_id, time.monotonic() - started, torch_source, log_path, args
+    )

@@ -1,0 +1,174 @@
+"""Image manifests: one TOML file per image in images/, every pin explicit.
+
+A manifest is data; this module only loads and checks it. Unknown keys and missing pins are input
+errors that name the file, the key and the allowed keys.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from kit import paths
+from kit.errors import InputError
+
+IMAGE_REPOSITORY = "kit/sglang"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseSection(_Strict):
+    image: str
+    """The FROM image, e.g. nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04 or debian:bookworm-slim."""
+    python: str
+    """The distribution's interpreter package, e.g. python3.12; the venv is built from it."""
+    apt_packages: tuple[str, ...] = ()
+    debootstrap_suite: str | None = None
+    """Where no registry answers, bootstrap builds this base from Debian packages (Debian bases only)."""
+
+
+class Pins(_Strict):
+    torch: str
+    torch_index: str | None = None
+    torchvision: str | None = None
+    sglang: str
+    sglang_kernel: str | None = None
+    flashinfer: str | None = None
+    nccl_package: str | None = None
+    nccl: str | None = None
+    cuda: str | None = None
+    torch_cuda_arch_list: str | None = None
+
+
+# Pins a GPU image must carry: without them the image is not reproducible or not provably sm_120.
+_CUDA_REQUIRED = (
+    "torch_index",
+    "torchvision",
+    "sglang_kernel",
+    "flashinfer",
+    "nccl_package",
+    "nccl",
+    "cuda",
+    "torch_cuda_arch_list",
+)
+# The CPU rehearsal runs SGLang without its CUDA-only packages; pinning them there would be a lie.
+_CPU_FORBIDDEN = ("sglang_kernel", "flashinfer", "nccl_package", "nccl", "cuda", "torch_cuda_arch_list")
+
+
+class Manifest(_Strict):
+    name: str
+    flavor: Literal["cuda", "cpu"]
+    dialect: str
+    description: str
+    base: BaseSection
+    pins: Pins
+    extra_pip: tuple[str, ...] = ()
+    """More pip requirements, pinned (==). CPU rehearsal: SGLang's light dependencies."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_tag(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be lower case letters, digits, '.', '_' or '-' (it becomes an image tag)")
+        return value
+
+    @model_validator(mode="after")
+    def _pins_fit_flavor(self) -> Manifest:
+        pins = self.pins
+        if self.flavor == "cuda":
+            missing = [k for k in _CUDA_REQUIRED if getattr(pins, k) in (None, "")]
+            if missing:
+                raise ValueError(
+                    f"pins.{missing[0]}: missing pin (a cuda image pins {', '.join(_CUDA_REQUIRED)})"
+                )
+            arches = {a.strip() for a in re.split(r"[;\s]+", pins.torch_cuda_arch_list or "") if a.strip()}
+            if not arches & {"12.0", "12.0+PTX", "12.0a"}:
+                raise ValueError(
+                    "pins.torch_cuda_arch_list: must include 12.0 (sm_120, RTX PRO 6000 Blackwell)"
+                )
+        else:
+            present = [k for k in _CPU_FORBIDDEN if getattr(pins, k) not in (None, "")]
+            if present:
+                raise ValueError(
+                    f"pins.{present[0]}: not allowed in a cpu image (it installs no CUDA packages)"
+                )
+        loose = [r for r in self.extra_pip if "==" not in r]
+        if loose:
+            raise ValueError(f"extra_pip: '{loose[0]}' is not pinned with ==")
+        return self
+
+    @property
+    def tag(self) -> str:
+        return f"{IMAGE_REPOSITORY}:{self.name}"
+
+    @property
+    def arch_list(self) -> tuple[str, ...]:
+        return tuple(a for a in re.split(r"[;\s]+", self.pins.torch_cuda_arch_list or "") if a)
+
+
+def _allowed_keys(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {"": Manifest, "base": BaseSection, "pins": Pins}
+
+
+def _translate(path: Path, exc: ValidationError) -> InputError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "(top level)"
+    section = loc[0] if len(loc) > 1 else ""
+    model = _SECTIONS.get(section, Manifest)
+    if err["type"] == "extra_forbidden":
+        return InputError(f"{path}: {key}", "unknown key", f"allowed keys: {_allowed_keys(model)}")
+    if err["type"] == "missing":
+        return InputError(f"{path}: {key}", "missing pin", f"allowed keys: {_allowed_keys(model)}")
+    message = err["msg"].removeprefix("Value error, ")
+    if message.startswith("pins."):  # our cross-field checks name their own key
+        key, _, message = message.partition(": ")
+        return InputError(f"{path}: {key}", message, f"allowed keys: {_allowed_keys(Pins)}")
+    return InputError(f"{path}: {key}", message, f"allowed keys: {_allowed_keys(model)}")
+
+
+def parse_manifest(text: str, path: Path) -> Manifest:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), f"not valid TOML ({exc})", "fix the syntax") from exc
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise _translate(path, exc) from exc
+    if manifest.name != path.stem:
+        raise InputError(
+            f"{path}: name", f"'{manifest.name}' differs from the file name", f"use '{path.stem}'"
+        )
+    return manifest
+
+
+def manifest_path(name: str, directory: Path | None = None) -> Path:
+    return (directory or paths.images_dir()) / f"{name}.toml"
+
+
+def list_manifests(directory: Path | None = None) -> list[str]:
+    directory = directory or paths.images_dir()
+    return sorted(p.stem for p in directory.glob("*.toml"))
+
+
+def load_manifest(name: str, directory: Path | None = None) -> Manifest:
+    path = manifest_path(name, directory)
+    if not path.is_file():
+        known = ", ".join(list_manifests(directory)) or "none"
+        raise InputError("image", f"unknown image '{name}'", f"known images: {known}")
+    return parse_manifest(path.read_text(encoding="utf-8"), path)
+
+
+def load_all(directory: Path | None = None) -> list[Manifest]:
+    return [load_manifest(n, directory) for n in list_manifests(directory)]

@@ -1,0 +1,173 @@
+"""Test-only fault switch for the CPU rehearsal image: plants real failures in the real SGLang server.
+
+NEVER shipped in GPU images. Armed by the environment variable KIT_FAULT at interpreter start (a
+.pth file imports this module in every Python process of the rehearsal image); without it, this
+module does nothing but read one variable.
+
+    KIT_FAULT=hang-init[:rank=N]          rank N (default 1) blocks inside torch.distributed
+                                          init_process_group before joining the rendezvous; the
+                                          other ranks wait for it there, as in a distributed-init hang
+    KIT_FAULT=hang-collective[:rank=N]    rank N blocks in its first all_reduce after init; the
+                                          others wait in the collective
+    KIT_FAULT=crash-load[:rank=N]         rank N raises while opening the weights (load phase)
+    KIT_FAULT=slow-load[:seconds=S]       every rank spends S seconds (default 90) re-reading and
+                                          hashing the weights before loading: slow but alive
+
+Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
+nothing in processes that never do. The blocking functions have telling names
+(`kit_fault_hang_init`, ...) so stack dumps show where a planted hang sits.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+import time
+
+_SPEC = os.environ.get("KIT_FAULT", "").strip()
+
+
+def parse_fault(spec: str) -> tuple[str, dict[str, str]]:
+    kind, _, rest = spec.partition(":")
+    params: dict[str, str] = {}
+    for part in filter(None, rest.split(",")):
+        key, _, value = part.partition("=")
+        params[key.strip()] = value.strip()
+    return kind.strip(), params
+
+
+def _current_rank() -> int | None:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        return None
+    return None
+
+
+def kit_fault_hang_init(rank: int) -> None:
+    while True:  # a real hang: no CPU, no output, until someone kills the process
+        time.sleep(3600)
+
+
+def kit_fault_hang_collective(rank: int) -> None:
+    while True:
+        time.sleep(3600)
+
+
+def kit_fault_slow_load(path: str, seconds: float) -> None:
+    """Read and hash the weights file over and over: CPU time grows, nothing is printed."""
+    import hashlib
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open(path, "rb") as handle:
+            hashlib.sha256(handle.read()).hexdigest()
+
+
+def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
+    target = int(params.get("rank", "1"))
+    if kind == "hang-init":
+        original = module.init_process_group
+
+        def init_process_group(*args, **kwargs):
+            rank = kwargs.get("rank", args[3] if len(args) > 3 else -1)
+            if int(rank) == target:
+                kit_fault_hang_init(target)
+            return original(*args, **kwargs)
+
+        module.init_process_group = init_process_group
+    elif kind == "hang-collective":
+        original_all_reduce = module.all_reduce
+
+        def all_reduce(*args, **kwargs):
+            if _current_rank() == target:
+                kit_fault_hang_collective(target)
+            return original_all_reduce(*args, **kwargs)
+
+        module.all_reduce = all_reduce
+
+
+def _patch_safetensors(module, kind: str, params: dict[str, str]) -> None:
+    original = module.safe_open
+
+    if kind == "crash-load":
+        target = int(params.get("rank", "1"))
+
+        def safe_open(filename, *args, **kwargs):
+            if _current_rank() == target:
+                raise RuntimeError(
+                    f"kit fault crash-load: rank {target} failed while loading weights from {filename}"
+                )
+            return original(filename, *args, **kwargs)
+
+    else:  # slow-load
+        seconds = float(params.get("seconds", "90"))
+        slowed: set[str] = set()
+
+        def safe_open(filename, *args, **kwargs):
+            if str(filename) not in slowed:
+                slowed.add(str(filename))
+                kit_fault_slow_load(str(filename), seconds)
+            return original(filename, *args, **kwargs)
+
+    module.safe_open = safe_open
+
+
+_PATCHES = {
+    "hang-init": ("torch.distributed", _patch_distributed),
+    "hang-collective": ("torch.distributed", _patch_distributed),
+    "crash-load": ("safetensors", _patch_safetensors),
+    "slow-load": ("safetensors", _patch_safetensors),
+}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the loader of one module so the patch runs right after that module executes."""
+
+    def __init__(self, module_name: str, patch, kind: str, params: dict[str, str]):
+        self.module_name, self.patch, self.kind, self.params = module_name, patch, kind, params
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.module_name:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, finder = spec.loader, self
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                finder.patch(module, finder.kind, finder.params)
+                if finder in sys.meta_path:
+                    sys.meta_path.remove(finder)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def arm(spec: str) -> None:
+    kind, params = parse_fault(spec)
+    if kind not in _PATCHES:
+        print(f"kit_faults: unknown KIT_FAULT '{kind}' (known: {', '.join(_PATCHES)})", file=sys.stderr)
+        return
+    module_name, patch = _PATCHES[kind]
+    if module_name in sys.modules:
+        patch(sys.modules[module_name], kind, params)
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(module_name, patch, kind, params))
+
+
+if _SPEC:
+    arm(_SPEC)
