@@ -43,7 +43,10 @@ def _register() -> None:
 
 
 # click 8.2 renamed NoArgsIsHelp to NoArgsIsHelpError; a bare `kit` or `kit image` prints help.
-_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", None) or getattr(click.exceptions, "NoArgsIsHelp")
+try:
+    from click.exceptions import NoArgsIsHelpError as _NO_ARGS_IS_HELP
+except ImportError:  # click < 8.2
+    from click.exceptions import NoArgsIsHelp as _NO_ARGS_IS_HELP  # type: ignore[no-redef]
 
 
 def _fail(message: str, code: int) -> None:
