@@ -24,6 +24,7 @@ class Cause:
     phases: frozenset[str] | None = None
     requires: tuple[str, ...] = ()
     hints: tuple[str, ...] = ()
+    devices: frozenset[str] | None = None  # None: any
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ def _cause(raw: dict[str, Any]) -> Cause:
         phases=phases,
         requires=tuple(raw.get("requires", ())),
         hints=tuple(raw.get("hints", ())),
+        devices=frozenset(raw["devices"]) if "devices" in raw else None,
     )
 
 
@@ -80,8 +82,13 @@ def match_causes(
     evidence: str,
     book: CauseBook | None = None,
     limit: int = 6,
+    device: str | None = None,
 ) -> tuple[CauseMatch, ...]:
-    """Causes that fit: those with more hints found in the evidence first, then in file order."""
+    """Causes that fit: those with more hints found in the evidence first, then in file order.
+
+    `device` (cuda, cpu) drops causes that cannot happen there (NCCL on a CPU rehearsal); None, for
+    an offline log that does not say, keeps them all.
+    """
     haystack = evidence.lower()
     phase_name = "none" if phase is None else phase.value
     fitting: list[CauseMatch] = []
@@ -89,6 +96,8 @@ def match_causes(
         if cause.outcomes is not None and outcome not in cause.outcomes:
             continue
         if cause.phases is not None and phase_name not in cause.phases:
+            continue
+        if device is not None and cause.devices is not None and device not in cause.devices:
             continue
         if cause.requires and not any(word.lower() in haystack for word in cause.requires):
             continue

@@ -1,0 +1,120 @@
+"""HTTP to a running SGLang server: first token on streaming chat and /generate, health.
+
+Errors become kit errors here; callers get timings and text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from kit.errors import CheckFailed
+
+
+@dataclass(frozen=True)
+class FirstToken:
+    endpoint: str
+    first_token_s: float
+    total_s: float
+    text: str
+    chunks: int
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(10.0, seconds))
+
+
+def _fail(endpoint: str, exc: Exception) -> CheckFailed:
+    return CheckFailed(f"{endpoint}: {type(exc).__name__}: {exc}")
+
+
+def chat_first_token(
+    base_url: str, model: str, prompt: str = "Hello", *, max_tokens: int = 8, timeout_s: float = 60.0
+) -> FirstToken:
+    """Stream /v1/chat/completions greedily; time to the first content delta."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta)
+
+
+def generate_first_token(
+    base_url: str, prompt: str = "Hello", *, max_new_tokens: int = 8, timeout_s: float = 60.0
+) -> FirstToken:
+    """Stream native /generate greedily; its `text` is cumulative."""
+    body = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
+        "stream": True,
+    }
+    return _stream("/generate", base_url, body, timeout_s, _generate_text)
+
+
+def _chat_delta(payload: dict, so_far: str) -> str | None:
+    choices = payload.get("choices") or [{}]
+    content = (choices[0].get("delta") or {}).get("content")
+    return so_far + content if content else None
+
+
+def _generate_text(payload: dict, so_far: str) -> str | None:
+    text = payload.get("text")
+    return text if text and text != so_far else None
+
+
+def _stream(endpoint: str, base_url: str, body: dict, timeout_s: float, extract) -> FirstToken:
+    started = time.monotonic()
+    first: float | None = None
+    text, chunks = "", 0
+    try:
+        with (
+            httpx.Client(timeout=_timeout(timeout_s)) as http,
+            http.stream("POST", base_url + endpoint, json=body) as response,
+        ):
+            if response.status_code != 200:
+                response.read()
+                raise CheckFailed(f"{endpoint}: HTTP {response.status_code}: {response.text[:200]}")
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunks += 1
+                updated = extract(json.loads(data), text)
+                if updated is not None:
+                    text = updated
+                    if first is None:
+                        first = time.monotonic() - started
+                if time.monotonic() - started > timeout_s:
+                    raise CheckFailed(f"{endpoint}: no end of stream within {timeout_s:.0f} s")
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        raise _fail(endpoint, exc) from exc
+    if first is None:
+        raise CheckFailed(f"{endpoint}: the stream ended without a token ({chunks} chunks)")
+    return FirstToken(endpoint, first, time.monotonic() - started, text, chunks)
+
+
+def generate_text(base_url: str, prompt: str, *, max_new_tokens: int = 16, timeout_s: float = 60.0) -> str:
+    """Greedy, non-streaming /generate: the completion text (for determinism checks)."""
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    try:
+        response = httpx.post(base_url + "/generate", json=body, timeout=_timeout(timeout_s))
+        response.raise_for_status()
+        return str(response.json()["text"])
+    except (httpx.HTTPError, KeyError, ValueError) as exc:
+        raise _fail("/generate", exc) from exc
+
+
+def health(base_url: str, path: str = "/health_generate", *, timeout_s: float = 30.0) -> int:
+    """The status code of a health endpoint (0 when nothing answers)."""
+    try:
+        return httpx.get(base_url + path, timeout=_timeout(timeout_s)).status_code
+    except httpx.HTTPError:
+        return 0

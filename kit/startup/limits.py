@@ -1,0 +1,59 @@
+"""A LaunchSpec's timing as the tracker's PhaseLimits, with command-line overrides. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kit.errors import InputError
+from kit.logs import PhaseLimits, StageSeconds
+from kit.spec import LaunchSpec
+
+STAGES = ("launch", "init", "load", "memory", "capture", "warmup", "first_token")
+# Before the first milestone the server imports SGLang and checks arguments: up to minutes on a
+# cold page cache. A catalog may set `launch` itself; this is the fallback.
+_LAUNCH_DEADLINE_S = 600.0
+_LAUNCH_STALL_S = 180.0
+
+
+def parse_limit_overrides(values: Iterable[str], option: str) -> dict[str, float]:
+    """['init=30', 'load=600'] -> {'init': 30.0, 'load': 600.0}; bad input names the option."""
+    result: dict[str, float] = {}
+    for raw in values:
+        stage, sep, number = raw.partition("=")
+        stage = stage.strip()
+        if not sep or stage not in STAGES:
+            raise InputError(option, f"'{raw}' is not STAGE=SECONDS", f"stages: {', '.join(STAGES)}")
+        try:
+            seconds = float(number)
+        except ValueError:
+            raise InputError(option, f"'{number}' is not a number of seconds", "e.g. init=30") from None
+        if not seconds > 0:
+            raise InputError(option, f"'{raw}' must be more than 0 seconds", "e.g. init=30")
+        result[stage] = seconds
+    return result
+
+
+def _seconds(
+    table: Mapping[str, float], overrides: Mapping[str, float], fallback: Mapping[str, float]
+) -> StageSeconds:
+    values = {
+        stage: float(overrides.get(stage, table.get(stage, fallback.get(stage, 0.0)))) for stage in STAGES
+    }
+    return StageSeconds(**values)
+
+
+def limits_from_spec(
+    spec: LaunchSpec,
+    *,
+    deadlines: Mapping[str, float] | None = None,
+    stall_windows: Mapping[str, float] | None = None,
+) -> PhaseLimits:
+    timing = spec.timing
+    # first_token has no stall window of its own in the catalog: the warm-up request shares
+    # the warmup window.
+    stall_fallback = {"launch": _LAUNCH_STALL_S, "first_token": timing.stall_windows.get("warmup", 0.0)}
+    return PhaseLimits(
+        deadline_s=_seconds(timing.deadlines, deadlines or {}, {"launch": _LAUNCH_DEADLINE_S}),
+        stall_window_s=_seconds(timing.stall_windows, stall_windows or {}, stall_fallback),
+        expected_ranks=spec.ranks,
+    )

@@ -1,0 +1,201 @@
+"""`kit up` and `kit watch`: start (or attach to) a server, follow it to a verdict, then diagnose,
+measure the first token, and clean up. Returns an UpResult; printing is the CLI's job."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from docker.models.containers import Container
+
+from kit import paths
+from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
+from kit.errors import CheckFailed, ExitCode, KitError
+from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
+from kit.output import jsonable
+from kit.runtime import server as runtime
+from kit.runtime.http import chat_first_token
+from kit.spec import LaunchSpec
+from kit.startup.result import (
+    UpResult,
+    causes_for,
+    explain_ranks,
+    rank_rows,
+    span_rows,
+    stack_rows,
+    verdict_name,
+)
+from kit.startup.watch import Progress, Watcher
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def collect_stacks(container: Container) -> dict[str, RankStack]:
+    """py-spy stacks of every scheduler process, keyed by rank label ('TP0', 'DP0 TP1')."""
+    stacks: dict[str, RankStack] = {}
+    for pid, cmdline in sorted(runtime.list_processes(container).items()):
+        rank = rank_of_process(cmdline)
+        if rank is not None:
+            stacks[rank] = classify_stack(rank, runtime.dump_stack(container, pid), pid)
+    return stacks
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, "***")
+    return text
+
+
+def write_diagnostics(
+    session: str, container: Container, stacks: dict[str, RankStack], result: UpResult, secrets: list[str]
+) -> Path:
+    """Full log, stacks and the result as JSON, with any secret values masked."""
+    folder = paths.cache_dir() / "runs" / session
+    (folder / "stacks").mkdir(parents=True, exist_ok=True)
+    (folder / "server.log").write_text(_redact(runtime.logs_text(container), secrets), encoding="utf-8")
+    for rank, stack in stacks.items():
+        (folder / "stacks" / f"{rank.replace(' ', '_')}.txt").write_text(_redact(stack.text, secrets))
+    (folder / "result.json").write_text(_redact(json.dumps(jsonable(result), indent=2), secrets) + "\n")
+    return folder
+
+
+def _result(
+    spec_target: str,
+    image: str,
+    container_name: str,
+    verdict: Verdict,
+    watcher: Watcher,
+    now: float,
+    stacks: dict[str, RankStack],
+    device: str,
+    **extra,
+) -> UpResult:
+    tracker = watcher.tracker
+    explanation = explain_hang(stacks) if stacks else None
+    waiting, missing = explain_ranks(verdict, explanation)
+    fields: dict = {
+        "target": spec_target,
+        "image": image,
+        "container": container_name,
+        "verdict": verdict_name(verdict),
+        "exit_code": int(verdict.exit_code),
+        "phase": tracker.phase.value if tracker.phase else None,
+        "ranks": rank_rows(tracker, now),
+        "timeline": span_rows(tracker, now),
+        "stacks": stack_rows(stacks),
+        "waiting_ranks": waiting,
+        "missing_ranks": missing,
+        "likely_causes": causes_for(verdict, tracker, stacks, device),
+    }
+    if isinstance(verdict, Ready):
+        fields["startup_s"] = round(verdict.at - tracker.started_at, 2)
+    elif isinstance(verdict, Hung):
+        fields.update(
+            quiet_for_s=round(verdict.quiet_for_s, 1),
+            stuck_ranks=verdict.stuck_ranks,
+            evidence=verdict.evidence,
+            limit_s=tracker.limits.stall_window_s.of(tracker.stage),
+        )
+    elif isinstance(verdict, Deadline):
+        fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
+    elif isinstance(verdict, Crashed):
+        fields.update(exception=verdict.exception, evidence=verdict.evidence)
+    fields.update(extra)
+    return UpResult(**fields)
+
+
+def _follow(
+    container: Container,
+    spec: LaunchSpec,
+    limits: PhaseLimits,
+    on_progress: ProgressCallback | None,
+    first_token: bool,
+    base_url: str | None,
+    session: str,
+) -> UpResult:
+    watcher = Watcher(container, limits)
+    verdict = watcher.run(on_progress)
+    now = time.monotonic()
+    stacks: dict[str, RankStack] = {}
+    if isinstance(verdict, (Hung, Deadline)):
+        stacks = collect_stacks(container)
+    result = _result(spec.target, spec.image, container.name, verdict, watcher, now, stacks, spec.device)
+    if isinstance(verdict, Ready) and first_token and base_url:
+        try:
+            token = chat_first_token(base_url, spec.model_path, timeout_s=limits.deadline_s.first_token)
+            result = _replace(
+                result,
+                first_token_s=round(token.first_token_s, 3),
+                first_token_endpoint=token.endpoint,
+                reply=token.text,
+            )
+        except CheckFailed as exc:
+            result = _replace(
+                result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
+            )
+    if not isinstance(verdict, Ready):
+        secrets = [v for k in spec.pass_env if (v := os.environ.get(k))]
+        folder = write_diagnostics(session, container, stacks, result, secrets)
+        result = _replace(result, diagnostics=str(folder))
+    return result
+
+
+def _replace(result: UpResult, **changes) -> UpResult:
+    return dataclasses.replace(result, **changes)
+
+
+def run_up(
+    spec: LaunchSpec,
+    limits: PhaseLimits,
+    *,
+    fault: str | None = None,
+    keep: bool = False,
+    on_progress: ProgressCallback | None = None,
+    on_start: Callable[[runtime.RunningServer], None] | None = None,
+    first_token: bool = True,
+) -> UpResult:
+    """Start the target's container, follow it to a verdict, measure the first token, clean up.
+
+    The container is removed on every path (verdict, error, Ctrl-C/SIGTERM) unless keep=True.
+    """
+    server = runtime.start_server(spec, fault=fault, diagnose=True)
+    result: UpResult | None = None
+    try:
+        if on_start:
+            on_start(server)
+        result = _follow(server.container, spec, limits, on_progress, first_token, server.url, server.session)
+    except KeyboardInterrupt:
+        result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
+    finally:
+        removed = False
+        if not keep:
+            try:
+                removed = runtime.remove(server.container)
+            except KitError:
+                if result is not None:  # report it without hiding an error already on its way
+                    result = _replace(result, notes=(*result.notes, f"could not remove {server.name}"))
+    assert result is not None
+    return _replace(result, container_removed=removed)
+
+
+def run_watch(
+    container_ref: str,
+    spec: LaunchSpec,
+    limits: PhaseLimits,
+    *,
+    on_progress: ProgressCallback | None = None,
+    first_token: bool = False,
+) -> UpResult:
+    """Follow a container someone else started (compose, systemd); it is never removed here."""
+    container = runtime.attach(container_ref)
+    port = runtime.published_port(container, spec.port)
+    base_url = f"http://127.0.0.1:{port}" if port else None
+    session = runtime.new_session_id()
+    try:
+        return _follow(container, spec, limits, on_progress, first_token, base_url, session)
+    except KeyboardInterrupt:
+        return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))
