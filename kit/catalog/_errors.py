@@ -1,0 +1,71 @@
+"""Pydantic's validation errors as the kit's one-line input errors: file, key, problem, allowed keys.
+
+Shared by the catalog and the dialect loaders, so every data file fails the same way.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from kit.errors import InputError
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (Model, Model | None, dict[str, Model], ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, dict, list, tuple):
+        for arg in typing.get_args(annotation):
+            found = _submodel(arg)
+            if found:
+                return found
+    return None
+
+
+def model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model that owns the last key of `loc` (for its list of allowed keys)."""
+    model = root
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            continue  # a dict key or a list index: stay on the model that holds it
+        inner = _submodel(field.annotation)
+        if inner is None:
+            break
+        model = inner
+    return model
+
+
+def allowed_keys(model: type[BaseModel]) -> str:
+    return ", ".join(field.alias or name for name, field in model.model_fields.items())
+
+
+def translate(
+    where: Path | str, exc: ValidationError, root: type[BaseModel], prefix: tuple[str, ...] = ()
+) -> InputError:
+    """The first error as an InputError naming `where: dotted.key`."""
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    key = ".".join(str(p) for p in (*prefix, *loc)) or "(top level)"
+    model = model_at(root, loc) if loc else root
+    fix = f"allowed keys: {allowed_keys(model)}"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return InputError(f"{where}: {key}", "unknown key", fix)
+    if kind == "missing":
+        return InputError(f"{where}: {key}", "missing", fix)
+    message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    given = err.get("input")
+    if kind not in ("model_type", "dict_type") and isinstance(given, (str, int, float, bool)):
+        message = f"{message} (got {given!r})"
+    if kind in ("literal_error", "enum"):
+        fix = "use one of the values above"
+    elif kind.endswith("_type") or kind.endswith("_parsing"):
+        fix = f"give a {kind.removesuffix('_type').removesuffix('_parsing')}"
+    return InputError(f"{where}: {key}", message, fix)

@@ -1,0 +1,189 @@
+"""Intent + dialect -> flags and env. Pure: the same inputs always give the same argv, env and notes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kit.dialects._schema import Condition, Dialect
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Translation:
+    args: tuple[str, ...]
+    """Server flags (what follows `python -m sglang.launch_server`)."""
+    env: dict[str, str]
+    intent: dict[str, Any]
+    """The intent after companions (e.g. mamba_cache set to extra_buffer)."""
+    facts: dict[str, Any]
+    """What the rules see, with SGLang's own defaults filled in for 'auto'."""
+    notes: tuple[str, ...]
+    applied: tuple[str, ...]
+    """Ids of the companions that applied."""
+
+
+def same(fact: Any, wanted: Any) -> bool:
+    """Equality that keeps booleans apart from numbers (TOML's true is not 1)."""
+    if isinstance(fact, bool) or isinstance(wanted, bool):
+        return isinstance(fact, bool) and isinstance(wanted, bool) and fact == wanted
+    if fact is None:
+        return wanted == "none"
+    return fact == wanted
+
+
+def matches(when: Condition, facts: Mapping[str, Any]) -> bool:
+    for key, wanted in when.items():
+        fact = facts.get(key)
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if not any(same(fact, option) for option in options):
+            return False
+    return True
+
+
+def facts_of(
+    dialect: Dialect, intent: Mapping[str, Any], env: Mapping[str, str], context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Facts for conditions: the launch's own values, SGLang's defaults where the intent says 'auto'."""
+
+    def effective(key: str) -> Any:
+        value = intent.get(key)
+        return dialect.defaults.get(key, value) if value in (None, AUTO) else value
+
+    facts = dict(context)
+    facts.update(
+        device=intent.get("device"),
+        speculative=intent.get("speculative.algorithm") is not None,
+        speculative_algorithm=intent.get("speculative.algorithm"),
+        mamba_cache=effective("mamba_cache"),
+        radix_cache=intent.get("radix_cache", True),
+        attention_backend=effective("attention_backend"),
+        cuda_graph=intent.get("cuda_graph", True),
+        tp=intent.get("tp"),
+        nnodes=intent.get("nnodes", 1),
+    )
+    facts.update({f"env.{k}": v for k, v in env.items()})
+    return facts
+
+
+def translate(
+    dialect: Dialect,
+    intent: Mapping[str, Any],
+    *,
+    context: Mapping[str, Any],
+    profile_env: Mapping[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> Translation:
+    """Turn intent into flags and env for one dialect.
+
+    context: facts that are not intent (capability, hybrid, architecture, gpus, container settings).
+    profile_env: the profile's own env; it wins over a companion's env (the user said so).
+    """
+    intent = dict(intent)
+    profile_env = dict(profile_env or {})
+    notes: list[str] = []
+    applied: list[str] = []
+    companion_env: dict[str, str] = {}
+
+    for companion in dialect.companions:
+        facts = facts_of(dialect, intent, {**companion_env, **profile_env}, context)
+        if not matches(companion.when, facts):
+            continue
+        applied.append(companion.id)
+        # A companion fills in what the profile left to 'auto'; it never overrides an explicit choice
+        # (an explicit mamba_cache=no_buffer must reach SGLang, and the rules, as written).
+        fill = {k: v for k, v in companion.set.items() if intent.get(k) in (None, AUTO)}
+        changed = [f"{k}={v}" for k, v in fill.items()]
+        intent.update(fill)
+        added = [f"{k}={v}" for k, v in companion.env.items() if k not in profile_env]
+        companion_env.update({k: v for k, v in companion.env.items() if k not in profile_env})
+        if changed or added:
+            notes.append(f"{dialect.name}: {', '.join(changed + added)} ({companion.why})")
+
+    env: dict[str, str] = {}
+    for key, var in dialect.env.items():
+        value = intent.get(key)
+        if value is not None:
+            env[var] = str(value)
+    env.update(companion_env)
+    env.update(profile_env)
+    for var, why in dialect.removed.env.items():
+        if var in env:
+            del env[var]
+            notes.append(f"{dialect.name}: dropped {var} ({why})")
+
+    args: list[str] = []
+    for key in dialect.flags:
+        flag = dialect.flag(key)
+        value = intent.get(key)
+        if flag is None or value is None or value == AUTO:
+            continue
+        if flag.flag is None:
+            switch = flag.when_true if value else flag.when_false
+            if switch:
+                args.append(switch)
+        elif value not in flag.omit:
+            args += [flag.flag, _text(value)]
+    for key, value in intent.items():
+        if (
+            key not in dialect.flags
+            and key not in dialect.env
+            and value not in (None, AUTO)
+            and key in _UNMAPPED
+        ):
+            notes.append(f"{dialect.name}: '{key}' has no flag in this release; left out")
+
+    args += _rewrite_extra(dialect, extra_args, notes)
+    final_facts = facts_of(dialect, intent, env, context)
+    return Translation(
+        args=tuple(args),
+        env=env,
+        intent=intent,
+        facts=final_facts,
+        notes=tuple(notes),
+        applied=tuple(applied),
+    )
+
+
+# Intents worth a note when a dialect cannot express them (the rest have defaults that match).
+_UNMAPPED = {
+    "attention_backend",
+    "context_length",
+    "mem_fraction",
+    "max_total_tokens",
+    "max_running_requests",
+    "mamba_cache",
+    "speculative.algorithm",
+    "reasoning_parser",
+    "watchdog_timeout",
+}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _rewrite_extra(dialect: Dialect, extra_args: tuple[str, ...], notes: list[str]) -> list[str]:
+    out: list[str] = []
+    skip_value = False
+    for arg in extra_args:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("--"):
+                continue
+        flag, eq, value = arg.partition("=")
+        if flag in dialect.removed.flags:
+            notes.append(f"{dialect.name}: dropped {flag} ({dialect.removed.flags[flag]})")
+            skip_value = not eq
+            continue
+        if flag in dialect.renamed:
+            new = dialect.renamed[flag]
+            notes.append(f"{dialect.name}: {flag} is now {new}")
+            out.append(f"{new}{eq}{value}")
+            continue
+        out.append(arg)
+    return out
