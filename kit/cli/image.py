@@ -109,3 +109,211 @@ def bases(debootstrap: bool) -> None:
             continue
         seen.add(base.image)
         console().print(f"{base.image} {base.debootstrap_suite or '-'}", markup=False, highlight=False)
+
+
+def _yes_no(built: bool | None) -> str:
+    return "?" if built is None else ("yes" if built else "no")
+
+
+@image.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def list_images(as_json: bool) -> None:
+    """Every manifest in images/, with its main pins and whether it is built here."""
+    from kit.images.inspect import image_info_if_engine
+    from kit.images.manifest import load_all
+    from kit.images.summary import list_row
+
+    rows = []
+    for manifest in load_all():
+        info, problem = image_info_if_engine(manifest.tag)
+        rows.append(list_row(manifest, None if problem else info is not None))
+    show(rows, as_json=as_json, human=_human_list)
+
+
+def _human_list(rows, out) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("image", no_wrap=True, min_width=max((len(r.name) for r in rows), default=5))
+    for column in ("flavor", "sglang", "torch", "cuda", "built"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row.name, row.flavor, row.sglang, row.torch, row.cuda, _yes_no(row.built))
+    out.print(table)
+    if any(r.built is None for r in rows):
+        out.print("built: ? = no Docker engine answered", style="dim")
+
+
+@image.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and image facts as JSON.")
+def show_image(name: str, as_json: bool) -> None:
+    """The pins of images/NAME.toml and, if built here, the image's id, size, date and labels."""
+    from kit.images.build import build_args
+    from kit.images.inspect import image_info_if_engine
+    from kit.images.manifest import load_manifest
+    from kit.images.summary import show_result
+
+    manifest = load_manifest(name)
+    info, problem = image_info_if_engine(manifest.tag)
+    args = build_args(manifest, torch_from_local_wheel=False)
+    show(show_result(manifest, args, info, problem), as_json=as_json, human=_human_show)
+
+
+def _human_show(result, out) -> None:
+    from rich.table import Table
+
+    out.print(f"[bold]{result.tag}[/]  {result.description}")
+    out.print(f"flavor {result.flavor}, dialect {result.dialect}, base {result.base_image}, {result.python}")
+    table = Table(show_header=False, show_edge=False, pad_edge=False)
+    table.add_column("pin", style="bold")
+    table.add_column("value")
+    for pin in result.pins:
+        table.add_row(pin.key, pin.value)
+    out.print(table)
+    if result.extra_pip:
+        out.print(f"extra pip: {' '.join(result.extra_pip)}", markup=False)
+    if result.built is None:
+        out.print(f"built: unknown ({result.engine_problem})", markup=False)
+    elif not result.built:
+        out.print(f"built: no (run 'kit image build {result.name}')", markup=False)
+    else:
+        image = result.image
+        out.print(
+            f"built: {image.id[:19]}  {image.size_gb:.2f} GB  created {image.created[:19]}", markup=False
+        )
+        for key in sorted(image.labels):
+            if key.startswith(("io.kit.", "org.opencontainers.")):
+                out.print(f"  {key}={image.labels[key]}", markup=False)
+        for line in result.label_drift:
+            out.print(f"[yellow]label differs from the manifest:[/] {line} (rebuild it)")
+
+
+@image.command("build-args")
+@click.argument("name")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["env", "json"]),
+    default="env",
+    show_default=True,
+    help="env: KEY=value lines (docker build --build-arg, build-push-action build-args, $GITHUB_ENV).",
+)
+def build_args_cmd(name: str, fmt: str) -> None:
+    """The build args `kit image build NAME` feeds the Dockerfile (torch from the manifest's index)."""
+    import json
+
+    from kit.images.build import build_args
+    from kit.images.manifest import load_manifest
+
+    args = build_args(load_manifest(name), torch_from_local_wheel=False)
+    if fmt == "json":
+        click.echo(json.dumps(args, indent=2))
+        return
+    for key, value in args.items():
+        click.echo(f"{key}={value}")
+
+
+@image.command("verify")
+@click.argument("name")
+@click.option(
+    "--gpus",
+    type=click.Choice(["auto", "all", "none"]),
+    default="auto",
+    show_default=True,
+    help="auto: use the host's GPUs when the engine has the NVIDIA runtime.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify(name: str, gpus: str, as_json: bool) -> None:
+    """Check inside kit/sglang:NAME that torch, CUDA, NCCL, sglang, flashinfer, sglang-kernel and the
+    compiled arch list match images/NAME.toml; on a GPU host also run a matmul on each GPU.
+
+    Exits 1 on any drift, 3 when the image is not built.
+    """
+    from kit.errors import CheckFailed
+    from kit.images.manifest import load_manifest
+    from kit.images.verify import verify_image
+
+    result = verify_image(load_manifest(name), gpus=gpus)  # type: ignore[arg-type]
+    show(result, as_json=as_json, human=_human_verify)
+    if not result.ok:
+        checks = ", ".join(r.check for r in result.drift)
+        raise CheckFailed(
+            f"{result.tag} differs from images/{name}.toml in {len(result.drift)} check(s): {checks}",
+            hint="rebuild it with 'kit image build NAME' or fix the manifest",
+        )
+
+
+def _human_verify(result, out) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{result.tag} ({result.image_id[:19]})", title_justify="left", show_edge=False)
+    for column in ("check", "expected", "found", ""):
+        table.add_column(column)
+    for row in result.rows:
+        mark = "[green]ok[/]" if row.ok else "[bold red]DRIFT[/]"
+        if row.note == "skipped":
+            mark = "[dim]skipped[/]"
+        elif row.note:
+            mark += f" [dim]{row.note}[/]"
+        table.add_row(row.check, row.expected, row.found, mark)
+    out.print(table)
+    verdict = "[bold green]matches its manifest[/]" if result.ok else "[bold red]DRIFT[/]"
+    out.print(f"{verdict} in {result.seconds:.1f} s (GPUs: {result.gpus})")
+
+
+@image.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print the difference as JSON.")
+def diff(a: str, b: str, as_json: bool) -> None:
+    """Python packages added, removed and changed from image A to image B (their build-time locks).
+
+    A and B are manifest names (kit/sglang:NAME), or any image reference or id.
+    """
+    from kit.images.lock import diff_locks, read_image_lock
+
+    (ref_a, name_a), (ref_b, name_b) = _image_ref(a), _image_ref(b)
+    result = diff_locks(read_image_lock(ref_a), read_image_lock(ref_b), a_name=name_a, b_name=name_b)
+    show(result, as_json=as_json, human=_human_diff)
+
+
+def _image_ref(arg: str) -> tuple[str, str]:
+    """A manifest name -> its tag, checked to be built; anything else is taken as an image reference."""
+    from kit.errors import InputError
+    from kit.images.inspect import image_info, require_image
+    from kit.images.manifest import IMAGE_REPOSITORY, list_manifests
+
+    known = list_manifests()
+    if arg in known:
+        ref = f"{IMAGE_REPOSITORY}:{arg}"
+        require_image(ref, arg)
+        return ref, arg
+    if image_info(arg) is None:
+        raise InputError(
+            "image", f"'{arg}' is neither a manifest nor a local image", f"known images: {', '.join(known)}"
+        )
+    return arg, arg
+
+
+def _human_diff(result, out) -> None:
+    from rich.table import Table
+
+    if result.same:
+        out.print(f"{result.a} and {result.b}: same {result.unchanged} packages", markup=False)
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("package", result.a, result.b, ""):
+        table.add_column(column)
+    for change in result.changed:
+        table.add_row(change.name, change.before, change.after, "changed")
+    for package in result.removed:
+        table.add_row(package.name, package.version, "-", "[red]removed[/]")
+    for package in result.added:
+        table.add_row(package.name, "-", package.version, "[green]added[/]")
+    out.print(table)
+    out.print(
+        f"{len(result.changed)} changed, {len(result.removed)} removed, {len(result.added)} added, "
+        f"{result.unchanged} the same",
+        markup=False,
+    )
