@@ -129,7 +129,9 @@ def _translate(path: Path, exc: ValidationError) -> InputError:
     if err["type"] == "extra_forbidden":
         return InputError(f"{path}: {key}", "unknown key", f"allowed keys: {_allowed_keys(model)}")
     if err["type"] == "missing":
-        return InputError(f"{path}: {key}", "missing pin", f"allowed keys: {_allowed_keys(model)}")
+        # Only [pins] holds pins; a missing 'dialect' or [base] is a missing key.
+        what = "missing pin" if section == "pins" else "missing key"
+        return InputError(f"{path}: {key}", what, f"allowed keys: {_allowed_keys(model)}")
     message = err["msg"].removeprefix("Value error, ")
     if message.startswith("pins."):  # our cross-field checks name their own key
         key, _, message = message.partition(": ")
