@@ -1,0 +1,220 @@
+"""The kit's pytest plugin (entry point `kit`): smoke-test SGLang servers started by the kit.
+
+Fixtures
+    kit_server   session-scoped: the target's container started with testcontainers, ready per the
+                 kit's own phase tracker (no sleeps); parametrise it indirectly with target names.
+    kit_launch   a factory that starts a target (optionally with a planted fault) and returns the
+                 kit's verdict; the container is always removed.
+Options
+    --kit-target, --kit-image, --kit-set KEY=VALUE, --kit-deadline STAGE=S, --kit-stall STAGE=S,
+    --kit-keep (leave containers for inspection)
+Markers
+    docker (needs an engine) and gpu (needs NVIDIA GPUs): tests skip with a reason naming what is
+    missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
+    durations and first-token times become JUnit properties.
+
+Containers carry the label io.kit.session=<this run>; they are removed by label at the end, so
+testcontainers' Ryuk reaper (an image that needs a registry) is not needed and is off by default.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+
+import pytest
+
+_SESSION = secrets.token_hex(4)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kit", "the kit: SGLang servers in containers")
+    group.addoption("--kit-target", default=None, help="Catalog target when a test does not choose one.")
+    group.addoption("--kit-image", default=None, help="Image manifest (default: the target's).")
+    group.addoption("--kit-set", action="append", default=[], metavar="KEY=VALUE", help="Profile override.")
+    group.addoption("--kit-deadline", action="append", default=[], metavar="STAGE=SECONDS")
+    group.addoption("--kit-stall", action="append", default=[], metavar="STAGE=SECONDS")
+    group.addoption("--kit-keep", action="store_true", help="Leave the kit's containers afterwards.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "docker: needs a running Docker engine")
+    config.addinivalue_line("markers", "gpu: needs NVIDIA GPUs (and the GPU image)")
+    # Cleanup is by label (below); Ryuk's image cannot be pulled where no registry answers.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+def docker_missing() -> str | None:
+    """Why no Docker engine can be used, or None."""
+    try:
+        from kit.runtime.engine import client
+
+        client()
+    except Exception as exc:  # any failure to reach it is a reason to skip
+        return f"no Docker engine answers ({type(exc).__name__}: {str(exc)[:80]})"
+    return None
+
+
+def gpu_missing() -> str | None:
+    """Why no NVIDIA GPU can be used, or None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:
+        return f"no NVIDIA GPU: NVML is not available here ({type(exc).__name__}: {str(exc)[:80]})"
+    return None if count else "no NVIDIA GPU: NVML sees 0 devices"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu"):
+        reason = gpu_missing()
+        if reason:
+            pytest.skip(reason)
+    if item.get_closest_marker("docker") or item.get_closest_marker("gpu"):
+        reason = docker_missing()
+        if reason:
+            pytest.skip(reason)
+
+
+@dataclass
+class KitServer:
+    """A started server: its spec, URL, the kit's start-up result, and measurements for JUnit."""
+
+    spec: object
+    limits: object
+    container: object
+    result: object
+    url: str
+    measurements: dict[str, float] = field(default_factory=dict)
+
+    def record(self, name: str, seconds: float | None) -> None:
+        if seconds is not None:
+            self.measurements[name] = round(seconds, 4)
+
+    def logs(self, tail: int = 40) -> str:
+        from kit.runtime.server import logs_text
+
+        return logs_text(self.container.get_wrapped_container(), tail=tail)
+
+
+def _resolve(config: pytest.Config, target: str | None):
+    from kit.launch import resolve
+    from kit.runtime.engine import image_exists
+    from kit.startup import limits_from_spec, parse_limit_overrides
+
+    target = target or config.getoption("--kit-target") or "tiny"
+    spec = resolve(target, image=config.getoption("--kit-image"), overrides=config.getoption("--kit-set"))
+    limits = limits_from_spec(
+        spec,
+        deadlines=parse_limit_overrides(config.getoption("--kit-deadline"), "--kit-deadline"),
+        stall_windows=parse_limit_overrides(config.getoption("--kit-stall"), "--kit-stall"),
+    )
+    if not image_exists(spec.image_ref):
+        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    return spec, limits
+
+
+def _start(config: pytest.Config, spec, limits, *, fault: str | None, expect_ready: bool):
+    from kit.testing.containers import KitStartupFailed, KitStartupWaitStrategy, kit_container
+
+    strategy = KitStartupWaitStrategy(spec, limits, expect_ready=expect_ready)
+    container = kit_container(spec, session=_SESSION, fault=fault).waiting_for(strategy)
+    try:
+        container.start()
+    except KitStartupFailed as exc:
+        if not config.getoption("--kit-keep"):
+            container.stop()
+        pytest.fail(f"{spec.target} did not start:\n{exc}", pytrace=False)
+    except BaseException:
+        container.stop()
+        raise
+    return container, strategy.result
+
+
+@pytest.fixture(scope="session")
+def kit_server(request: pytest.FixtureRequest):
+    """The target's server, started once per target for the whole session."""
+    config = request.config
+    spec, limits = _resolve(config, getattr(request, "param", None))
+    container, result = _start(config, spec, limits, fault=None, expect_ready=True)
+    url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(spec.port)}"
+    server = KitServer(spec, limits, container, result, url)
+    server.record("startup_s", result.startup_s)
+    for span in result.timeline:
+        if span.rank != "main":
+            key = f"phase.{span.phase}_s"
+            server.measurements[key] = max(server.measurements.get(key, 0.0), span.elapsed_s)
+    yield server
+    if not config.getoption("--kit-keep"):
+        container.stop()
+
+
+@pytest.fixture
+def kit_launch(request: pytest.FixtureRequest):
+    """launch(target=None, *, fault=None, expect_ready=False) -> UpResult; the container is removed."""
+    config = request.config
+    runs: list = []
+
+    def launch(target: str | None = None, *, fault: str | None = None, expect_ready: bool = False):
+        spec, limits = _resolve(config, target)
+        container, result = _start(config, spec, limits, fault=fault, expect_ready=expect_ready)
+        runs.append(result)
+        if not config.getoption("--kit-keep"):
+            container.stop()
+        return result, limits
+
+    launch.runs = runs  # type: ignore[attr-defined]
+    yield launch
+
+
+def _report_sections(item: pytest.Item) -> list[tuple[str, str]]:
+    from kit.startup.result import verdict_lines
+
+    sections: list[tuple[str, str]] = []
+    server = item.funcargs.get("kit_server") if hasattr(item, "funcargs") else None
+    results = []
+    if isinstance(server, KitServer):
+        results.append(server.result)
+    launch = item.funcargs.get("kit_launch") if hasattr(item, "funcargs") else None
+    results.extend(getattr(launch, "runs", []))
+    for result in results:
+        timeline = "\n".join(
+            f"{s.rank:8} {s.phase:8} start {s.start_s:7.1f} s  {s.elapsed_s:7.1f} s"
+            + ("  (open)" if s.open else "")
+            for s in result.timeline
+        )
+        sections.append((f"kit {result.target}: verdict", "\n".join(verdict_lines(result))))
+        sections.append((f"kit {result.target}: phase timeline", timeline or "(no phase reached)"))
+    if isinstance(server, KitServer):
+        sections.append((f"kit {server.spec.target}: log tail", server.logs()))
+    return sections
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    server = getattr(item, "funcargs", {}).get("kit_server")
+    if call.when == "call" and isinstance(server, KitServer):
+        for name, value in sorted(server.measurements.items()):
+            if (f"kit.{name}", value) not in item.user_properties:
+                item.user_properties.append((f"kit.{name}", value))
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when == "call":
+        for title, text in _report_sections(item):
+            report.sections.append((title, text))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove what this run started, by label, even after a crash mid-test."""
+    if session.config.getoption("--kit-keep", default=False) or docker_missing():
+        return
+    from kit.runtime.server import kit_containers, remove
+
+    for container in kit_containers(session=_SESSION):
+        remove(container)

@@ -1,0 +1,30 @@
+"""Project-wide test policy.
+
+In CI (CI=true) a skipped `docker` test is a failure: CI installs and starts the engine and builds
+the rehearsal image, so a skip there means the set-up broke, not that the test does not apply.
+`gpu` tests are exempt: CI has no GPU and they skip with a reason naming what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and item.get_closest_marker("docker") and not item.get_closest_marker("gpu"):
+        report.outcome = "failed"
+        report.longrepr = f"a docker test skipped in CI, which must run it: {_skip_reason(report)}"
