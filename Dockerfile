@@ -11,12 +11,16 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
+# An ARG before FROM is out of scope after it; declared again for the labels below.
+ARG BASE_IMAGE
 ARG KIT_IMAGE_NAME
 ARG KIT_FLAVOR
 ARG KIT_DIALECT
 ARG APT_PACKAGES
 ARG PYTHON
-ARG CUDA_VERSION
+# KIT_-prefixed: nvidia/cuda bases set ENV CUDA_VERSION and NCCL_VERSION, which would win over
+# build args of the same names.
+ARG KIT_CUDA_VERSION
 ARG TORCH_VERSION
 ARG TORCH_INDEX_URL
 ARG TORCHVISION_VERSION
@@ -24,7 +28,7 @@ ARG SGLANG_VERSION
 ARG SGLANG_KERNEL_VERSION
 ARG FLASHINFER_VERSION
 ARG NCCL_PACKAGE
-ARG NCCL_VERSION
+ARG KIT_NCCL_VERSION
 ARG TORCH_CUDA_ARCH_LIST
 ARG EXTRA_PIP
 
@@ -36,13 +40,13 @@ LABEL org.opencontainers.image.title="kit/sglang:${KIT_IMAGE_NAME}" \
       io.kit.flavor="${KIT_FLAVOR}" \
       io.kit.dialect="${KIT_DIALECT}" \
       io.kit.pin.python="${PYTHON}" \
-      io.kit.pin.cuda="${CUDA_VERSION}" \
+      io.kit.pin.cuda="${KIT_CUDA_VERSION}" \
       io.kit.pin.torch="${TORCH_VERSION}" \
       io.kit.pin.torchvision="${TORCHVISION_VERSION}" \
       io.kit.pin.sglang="${SGLANG_VERSION}" \
       io.kit.pin.sglang-kernel="${SGLANG_KERNEL_VERSION}" \
       io.kit.pin.flashinfer="${FLASHINFER_VERSION}" \
-      io.kit.pin.nccl="${NCCL_PACKAGE}==${NCCL_VERSION}" \
+      io.kit.pin.nccl="${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" \
       io.kit.pin.torch-cuda-arch-list="${TORCH_CUDA_ARCH_LIST}"
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -65,25 +69,30 @@ RUN apt-get update \
  && if [ -s /tmp/kit-ca/ca-bundle.crt ]; then cat /tmp/kit-ca/ca-bundle.crt >> /etc/ssl/certs/ca-certificates.crt; fi \
  && rm -rf /tmp/kit-ca /var/lib/apt/lists/* \
  && ${PYTHON} -m venv /opt/venv \
- && python -m pip install --upgrade pip
+ && python -m pip install "pip==26.3"
 
-# PyTorch first, from local wheels when the kit found them, else from the manifest's index.
+# PyTorch first, from local wheels when the kit found them, else from the manifest's index. The
+# constraints file keeps later steps from replacing torch or torchvision.
 COPY wheels/ /tmp/kit-wheels/
+# hadolint ignore=SC3054,DL3013
 RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
  && tv=(); if [ -n "${TORCHVISION_VERSION}" ]; then tv=("torchvision==${TORCHVISION_VERSION}"); fi \
  && pip install --find-links /tmp/kit-wheels "${index_args[@]}" "torch==${TORCH_VERSION}" "${tv[@]}" \
- && printf 'torch==%s\n' "${TORCH_VERSION}" > /opt/venv/kit-constraints.txt \
+ && printf '%s\n' "torch==${TORCH_VERSION}" "${tv[@]}" > /opt/venv/kit-constraints.txt \
  && rm -rf /tmp/kit-wheels
 
 # SGLang. GPU images take SGLang's own pinned dependency set (flashinfer, sglang-kernel, ...),
 # then force-pin NCCL the way SGLang's Dockerfile does. The CPU rehearsal installs SGLang without
 # its CUDA-only dependencies and adds the light ones it imports (EXTRA_PIP, pinned in the manifest).
-# hadolint ignore=SC2086
+# Every requirement here is an exact pin from the manifest, which hadolint cannot see through ${VARS}.
+# The torch index is offered again: SGLang also pins torchaudio/torchcodec, whose CUDA builds live there.
+# hadolint ignore=SC2086,SC3054,DL3013
 RUN export PIP_CONSTRAINT=/opt/venv/kit-constraints.txt \
+ && index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
  && if [ "${KIT_FLAVOR}" = cuda ]; then \
-      pip install "sglang==${SGLANG_VERSION}" "sglang-kernel==${SGLANG_KERNEL_VERSION}" \
+      pip install "${index_args[@]}" "sglang==${SGLANG_VERSION}" "sglang-kernel==${SGLANG_KERNEL_VERSION}" \
                   "flashinfer-python==${FLASHINFER_VERSION}" ${EXTRA_PIP} \
-   && pip install --force-reinstall --no-deps "${NCCL_PACKAGE}==${NCCL_VERSION}" ; \
+   && pip install --force-reinstall --no-deps "${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" ; \
     else \
       pip install --no-deps "sglang==${SGLANG_VERSION}" \
    && pip install ${EXTRA_PIP} ; \

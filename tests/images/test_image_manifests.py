@@ -107,7 +107,7 @@ def test_build_args_env_format(capsys):
     assert run_kit(["image", "build-args", "sglang-0.5.10.post1-cu129-sm120"]) == 0
     lines = capsys.readouterr().out.splitlines()
     args = dict(line.split("=", 1) for line in lines)
-    assert args["NCCL_VERSION"] == "2.28.3" and args["TORCH_INDEX_URL"].endswith("/cu129")
+    assert args["KIT_NCCL_VERSION"] == "2.28.3" and args["TORCH_INDEX_URL"].endswith("/cu129")
     assert args["BASE_IMAGE"] == "nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04"
 
 
