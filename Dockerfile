@@ -32,23 +32,6 @@ ARG KIT_NCCL_VERSION
 ARG TORCH_CUDA_ARCH_LIST
 ARG EXTRA_PIP
 
-# Every pin travels with the image, so `docker inspect` alone tells what an image is.
-LABEL org.opencontainers.image.title="kit/sglang:${KIT_IMAGE_NAME}" \
-      org.opencontainers.image.description="SGLang ${SGLANG_VERSION} (${KIT_FLAVOR}) built by the kit" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      io.kit.image="${KIT_IMAGE_NAME}" \
-      io.kit.flavor="${KIT_FLAVOR}" \
-      io.kit.dialect="${KIT_DIALECT}" \
-      io.kit.pin.python="${PYTHON}" \
-      io.kit.pin.cuda="${KIT_CUDA_VERSION}" \
-      io.kit.pin.torch="${TORCH_VERSION}" \
-      io.kit.pin.torchvision="${TORCHVISION_VERSION}" \
-      io.kit.pin.sglang="${SGLANG_VERSION}" \
-      io.kit.pin.sglang-kernel="${SGLANG_KERNEL_VERSION}" \
-      io.kit.pin.flashinfer="${FLASHINFER_VERSION}" \
-      io.kit.pin.nccl="${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" \
-      io.kit.pin.torch-cuda-arch-list="${TORCH_CUDA_ARCH_LIST}"
-
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
@@ -111,6 +94,25 @@ RUN if [ "${KIT_FLAVOR}" = cpu ]; then \
     fi \
  && rm -rf /tmp/kit-rehearsal \
  && python -m pip freeze --all > /opt/kit/lock.txt
+
+# Every pin travels with the image, so `docker inspect` alone tells what an image is. Last, so a
+# label change does not invalidate the cached install layers.
+LABEL org.opencontainers.image.title="kit/sglang:${KIT_IMAGE_NAME}" \
+      org.opencontainers.image.description="SGLang ${SGLANG_VERSION} (${KIT_FLAVOR}) built by the kit" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.kit.image="${KIT_IMAGE_NAME}" \
+      io.kit.flavor="${KIT_FLAVOR}" \
+      io.kit.dialect="${KIT_DIALECT}" \
+      io.kit.pin.python="${PYTHON}" \
+      io.kit.pin.cuda="${KIT_CUDA_VERSION}" \
+      io.kit.pin.torch="${TORCH_VERSION}" \
+      io.kit.pin.torchvision="${TORCHVISION_VERSION}" \
+      io.kit.pin.sglang="${SGLANG_VERSION}" \
+      io.kit.pin.sglang-kernel="${SGLANG_KERNEL_VERSION}" \
+      io.kit.pin.flashinfer="${FLASHINFER_VERSION}" \
+      io.kit.pin.nccl-package="${NCCL_PACKAGE}" \
+      io.kit.pin.nccl="${KIT_NCCL_VERSION}" \
+      io.kit.pin.torch-cuda-arch-list="${TORCH_CUDA_ARCH_LIST}"
 
 WORKDIR /root
 EXPOSE 30000
