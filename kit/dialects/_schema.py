@@ -63,6 +63,7 @@ FACTS = (
     "tp",
     "nnodes",
     "gpus",
+    "multi_gpu",
     "ipc_host",
     "shm_size",
     "memlock",
@@ -106,7 +107,7 @@ class Companion(_Strict):
     id: str
     when: Condition
     set: dict[str, Scalar] = {}
-    """Intent keys to set (e.g. mamba_cache = 'extra_buffer')."""
+    """Intent keys to fill where the profile left them 'auto' (an explicit choice is never overridden)."""
     env: dict[str, str] = {}
     """Environment the launch needs (a profile's own env wins)."""
     why: str

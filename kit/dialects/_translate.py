@@ -63,6 +63,7 @@ def facts_of(
         cuda_graph=intent.get("cuda_graph", True),
         tp=intent.get("tp"),
         nnodes=intent.get("nnodes", 1),
+        multi_gpu=(context.get("gpus") or 0) > 1,
     )
     facts.update({f"env.{k}": v for k, v in env.items()})
     return facts

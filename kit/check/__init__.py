@@ -1,0 +1,266 @@
+"""`kit check`: the rendered launch through the image's own SGLang argument parser.
+
+The parser runs in a cached venv per SGLang version (`kit.paths.cache_dir()/check/`) holding the
+pinned sglang wheel (--no-deps), the CPU torch wheel and the light packages its parser imports
+(deps.toml), or with `in_image=True` inside the image itself. driver.py does the work in a
+subprocess; when the launch is for CUDA it makes torch.cuda answer like the target GPU
+(capability, memory, count = TP), because some of SGLang's rules assert a CUDA device. The result
+says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit import paths
+from kit.errors import EnvironmentProblem, KitError
+from kit.launch import Resolved, resolve_full
+
+__all__ = ["CheckResult", "check", "check_request", "ensure_venv", "venv_dir"]
+
+DRIVER = Path(__file__).resolve().parent / "driver.py"
+DEPS = Path(__file__).resolve().parent / "deps.toml"
+MARKER = "KIT_CHECK_RESULT "
+CHECK_TIMEOUT_S = 600
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    target: str
+    image: str
+    sglang: str
+    where: str
+    """'venv PATH' or 'image REF'."""
+    accepted: bool
+    error_type: str | None
+    error: str | None
+    """SGLang's own message, verbatim."""
+    resolved: dict[str, Any]
+    """Key ServerArgs fields after SGLang's post-init (accepted launches)."""
+    warnings: tuple[str, ...]
+    emulated: dict[str, Any] | None
+    """The device torch.cuda pretended to be, or None when nothing was emulated."""
+    stubbed: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str]
+    seconds: float
+    """The parser run (subprocess start to result)."""
+    setup_seconds: float
+    """Creating the venv (0 when it was cached)."""
+
+
+def _deps(version: str) -> tuple[str, list[str]]:
+    data = tomllib.loads(DEPS.read_text(encoding="utf-8"))
+    entry = data.get("versions", {}).get(version) or data["default"]
+    return data["torch"], list(entry["requirements"])
+
+
+def venv_dir(version: str) -> Path:
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return paths.cache_dir() / "check" / f"sglang-{version}-{py}"
+
+
+def _python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # two test processes building one venv wait for each other
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_step(argv: list[str], what: str, progress: Progress) -> None:
+    progress(what)
+    tail: list[str] = []
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as exc:
+        raise EnvironmentProblem(f"check venv: {what}: {exc}") from exc
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        if line and "is ignored: it is neither a file nor a directory" not in line:
+            tail = [*tail[-7:], line]
+            progress(f"{what}: {line[:120]}")
+    if proc.wait() != 0:
+        raise EnvironmentProblem(
+            f"check venv: {what} failed: {' | '.join(tail[-3:])}",
+            hint="pip needs PyPI (or your index) for the pinned sglang wheel; see kit/check/deps.toml",
+        )
+
+
+def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path, float]:
+    """The check venv for sglang VERSION, created on first use. Returns (venv, seconds spent creating)."""
+    venv = venv_dir(version)
+    torch, requirements = _deps(version)
+    wanted = {"sglang": version, "torch": torch, "requirements": requirements}
+    ready = venv / "kit-ready.json"
+
+    def is_ready() -> bool:
+        try:
+            return json.loads(ready.read_text()) == wanted and _python(venv).exists()
+        except (OSError, ValueError):
+            return False
+
+    if is_ready():
+        return venv, 0.0
+    started = time.monotonic()
+    with _locked(venv.parent / f".{venv.name}.lock"):
+        if is_ready():
+            return venv, 0.0
+        building = venv.with_name(venv.name + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        py = str(_python(building))
+        pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+        _run_step(
+            [sys.executable, "-m", "venv", str(building)], f"creating venv for sglang {version}", progress
+        )
+        _run_step([*pip, f"torch=={torch}"], f"installing torch {torch} (CPU)", progress)
+        _run_step(
+            [*pip, "--no-deps", f"sglang=={version}"], f"installing sglang {version} (--no-deps)", progress
+        )
+        _run_step([*pip, *requirements], f"installing {len(requirements)} light dependencies", progress)
+        (building / "kit-ready.json").write_text(json.dumps(wanted))
+        building.rename(venv)
+    return venv, time.monotonic() - started
+
+
+def check_request(r: Resolved) -> dict[str, Any]:
+    """What the driver gets: server flags, the model's config.json, env, and the device to emulate."""
+    spec = r.spec
+    emulate = None
+    if spec.device == "cuda":
+        hardware = r.hardware
+        capability = tuple(int(p) for p in (hardware.capability if hardware else "12.0").split("."))
+        emulate = {
+            "capability": list(capability),
+            "memory_gib": hardware.memory_gib if hardware else 96.0,
+            "device_count": r.profile.tp,
+            "name": hardware.name if hardware else "emulated GPU",
+            "cuda_version": r.manifest.pins.cuda,
+        }
+    config = r.model.config_path
+    return {
+        "args": list(spec.argv[3:]),
+        "config_json": str(config) if config else None,
+        "env": dict(spec.env),
+        "emulate": emulate,
+    }
+
+
+def _parse(output: str, where: str) -> dict[str, Any]:
+    for line in reversed(output.splitlines()):
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER) :])
+    tail = " | ".join(line for line in output.strip().splitlines()[-3:])
+    raise KitError(f"the check in {where} gave no result: {tail or 'no output'}")
+
+
+def _run_in_venv(venv: Path, request: dict[str, Any]) -> str:
+    with tempfile.TemporaryDirectory(prefix="kit-check-") as tmp:
+        req = Path(tmp) / "request.json"
+        req.write_text(json.dumps(request))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON", "CUDA_"))}
+        env["PYTHONNOUSERSITE"] = "1"
+        try:
+            done = subprocess.run(
+                [str(_python(venv)), str(DRIVER), str(req)],
+                capture_output=True,
+                text=True,
+                timeout=CHECK_TIMEOUT_S,
+                env=env,
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise KitError(f"the check ran past {CHECK_TIMEOUT_S} s") from exc
+        return done.stdout + "\n" + done.stderr
+
+
+def _run_in_image(image_ref: str, request: dict[str, Any]) -> str:
+    from kit.runtime.engine import client, translated
+
+    with tempfile.TemporaryDirectory(prefix="kit-check-") as tmp:
+        shutil.copy(DRIVER, Path(tmp) / "driver.py")
+        if request.get("config_json"):
+            shutil.copy(request["config_json"], Path(tmp) / "config.json")
+            request = {**request, "config_json": "/kit-check/config.json"}
+        (Path(tmp) / "request.json").write_text(json.dumps(request))
+        with translated(f"running the check in {image_ref}"):
+            output = client().containers.run(
+                image_ref,
+                command=["python", "/kit-check/driver.py", "/kit-check/request.json"],
+                volumes={tmp: {"bind": "/kit-check", "mode": "rw"}},
+                labels={"io.kit.managed": "check"},
+                network_mode="none",
+                remove=True,
+                stdout=True,
+                stderr=True,
+            )
+        return output.decode("utf-8", errors="replace")
+
+
+def check(
+    target: str,
+    *,
+    image: str | None = None,
+    overrides: Sequence[str] = (),
+    in_image: bool = False,
+    progress: Progress = lambda _: None,
+) -> CheckResult:
+    """Run SGLang's own parser on the launch. A rejection is a result (accepted=False), not an error."""
+    r = resolve_full(target, image=image, overrides=overrides)
+    request = check_request(r)
+    setup = 0.0
+    if in_image:
+        where = f"image {r.spec.image_ref}"
+        progress(f"running SGLang's parser in {r.spec.image_ref}")
+        started = time.monotonic()
+        output = _run_in_image(r.spec.image_ref, request)
+    else:
+        venv, setup = ensure_venv(r.manifest.pins.sglang, progress)
+        where = f"venv {venv}"
+        progress(f"running SGLang {r.manifest.pins.sglang}'s parser")
+        started = time.monotonic()
+        output = _run_in_venv(venv, request)
+    seconds = time.monotonic() - started
+    data = _parse(output, where)
+    if data.get("internal"):
+        raise KitError(f"the check itself failed in {where}: {data.get('error_type')}: {data.get('error')}")
+    return CheckResult(
+        target=target,
+        image=r.spec.image,
+        sglang=str(data.get("sglang", r.manifest.pins.sglang)),
+        where=where,
+        accepted=bool(data.get("accepted")),
+        error_type=data.get("error_type"),
+        error=data.get("error"),
+        resolved=data.get("resolved") or {},
+        warnings=tuple(data.get("warnings") or ()),
+        emulated=data.get("emulated"),
+        stubbed=tuple(data.get("stubbed") or ()),
+        args=tuple(r.spec.argv),
+        env=dict(r.spec.env),
+        seconds=round(seconds, 2),
+        setup_seconds=round(setup, 1),
+    )

@@ -1,0 +1,283 @@
+"""`kit targets | validate | check | render`: catalog targets as launches, checked and rendered.
+
+Every command here takes the same TARGET [--image NAME] [--set KEY=VALUE ...] (`target_options`),
+so what `kit validate` approved is what `kit render` prints and what `kit up` starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from kit.cli import cli
+from kit.output import err_console, show
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def image_option(func: F) -> F:
+    return click.option(
+        "--image",
+        metavar="NAME",
+        default=None,
+        help="Image manifest to launch with (images/NAME.toml); default: the target's own.",
+    )(func)
+
+
+def set_option(func: F) -> F:
+    return click.option(
+        "--set",
+        "overrides",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help="Override a profile key, dotted for nested ones (repeatable): --set mamba_cache=no_buffer, "
+        "--set speculative.num_steps=2, --set env.NCCL_P2P_DISABLE=1.",
+    )(func)
+
+
+def target_options(func: F | None = None, *, required: bool = True, many: bool = False) -> Any:
+    """TARGET, --image and --set, the same for every command that launches or describes a target.
+
+    The command receives `target` (or `targets` with many=True), `image` and `overrides` (a tuple).
+    """
+
+    def decorate(f: F) -> F:
+        f = set_option(image_option(f))
+        if many:
+            return click.argument("targets", metavar="[TARGET]...", nargs=-1)(f)
+        return click.argument("target", required=required)(f)
+
+    return decorate(func) if func is not None else decorate
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)
+
+
+@cli.command("targets")
+@json_option
+def targets_cmd(as_json: bool) -> None:
+    """List the catalog's targets: name, model, profile, default image."""
+    from kit.catalog import load_catalog
+
+    catalog = load_catalog()
+    rows = [
+        {"target": name, "model": model, "profile": t.profile, "image": t.image, "gpus": t.gpus}
+        for name, (model, t) in sorted(catalog.targets.items())
+    ]
+
+    def human(rows: list[dict], out: Console) -> None:
+        for row in rows:
+            out.print(
+                f"{row['target']:<12} {row['model']:<20} {row['profile']:<6} {row['image']}"
+                + (f"  ({row['gpus']} GPUs)" if row["gpus"] else ""),
+                markup=False,
+                highlight=False,
+            )
+
+    show(rows, as_json=as_json, human=human)
+
+
+@cli.command()
+@target_options
+@json_option
+def validate(target: str, image: str | None, overrides: tuple[str, ...], as_json: bool) -> int:
+    """Check TARGET on an image in under a second: parallelism, memory fit, the release's rules, pitfalls.
+
+    Exit 0 when nothing is an error (warnings allowed), 1 when something is, 2 for bad input.
+    """
+    from kit.validate import validate as run_validate
+
+    report = run_validate(target, image=image, overrides=overrides)
+    show(report, as_json=as_json, human=_validate_human)
+    return 0 if report.ok else 1
+
+
+def _validate_human(report: Any, out: Console) -> None:
+    errors = sum(f.severity == "error" for f in report.findings)
+    warnings = len(report.findings) - errors
+    verdict = "[bold green]VALID[/]" if report.ok else "[bold red]INVALID[/]"
+    out.print(
+        f"{verdict} {report.target} on {report.image} (dialect {report.dialect}): "
+        f"{errors} error(s), {warnings} warning(s) in {report.seconds * 1000:.0f} ms"
+    )
+    if report.memory:
+        fit = report.memory
+        mark = "fits" if fit.fits else "DOES NOT FIT"
+        out.print(f"memory {mark}: {fit.summary()}", markup=False, highlight=False)
+        if fit.mem_fraction_assumed:
+            out.print(f"  (mem_fraction not set; assumed {fit.mem_fraction})", markup=False)
+    for finding in report.findings:
+        style = "red" if finding.severity == "error" else "yellow"
+        out.print(f"[{style}]{finding.severity}[/] {finding.id}: ", end="")
+        out.print(finding.message, markup=False, highlight=False)
+        if finding.fix:
+            out.print(f"  fix: {finding.fix}", markup=False, highlight=False)
+    for note in report.notes:
+        out.print(f"note: {note}", markup=False, highlight=False)
+
+
+@cli.command()
+@target_options
+@click.option(
+    "--in-image",
+    is_flag=True,
+    help="Run the parser inside the image (needs it built) instead of the cached venv.",
+)
+@json_option
+def check(target: str, image: str | None, overrides: tuple[str, ...], in_image: bool, as_json: bool) -> int:
+    """Run TARGET's launch through the image's own SGLang argument parser (ServerArgs and its rules).
+
+    Uses a venv per SGLang version under the kit's cache (created on first use: minutes), or the
+    image itself with --in-image. Exit 0 when SGLang accepts the launch, 1 when it refuses it.
+    """
+    from kit.check import check as run_check
+
+    with _Progress(f"checking {target}") as progress:
+        result = run_check(
+            target, image=image, overrides=overrides, in_image=in_image, progress=progress.update
+        )
+    show(result, as_json=as_json, human=_check_human)
+    return 0 if result.accepted else 1
+
+
+def _check_human(result: Any, out: Console) -> None:
+    verdict = "[bold green]ACCEPTED[/]" if result.accepted else "[bold red]REJECTED[/]"
+    out.print(
+        f"{verdict} by SGLang {result.sglang}'s own parser: {result.target} on {result.image} "
+        f"({result.seconds:.1f} s"
+        + (f", venv created in {result.setup_seconds:.0f} s" if result.setup_seconds else "")
+        + ")"
+    )
+    if not result.accepted:
+        out.print(f"{result.error_type}: {result.error}", markup=False, highlight=False)
+    else:
+        shown = ", ".join(
+            f"{k}={v}" for k, v in result.resolved.items() if v is not None and k != "model_path"
+        )
+        out.print(f"resolved: {shown}", markup=False, highlight=False)
+    if result.emulated:
+        e = result.emulated
+        out.print(
+            f"emulated device: {e['name']}, capability {e['capability'][0]}.{e['capability'][1]}, "
+            f"{e['memory_gib']} GiB x {e['device_count']} "
+            "(no such GPU here: torch.cuda answered as the target would)",
+            markup=False,
+            highlight=False,
+        )
+    for line in result.warnings[:6]:
+        out.print(f"sglang warning: {line}", markup=False, highlight=False)
+    out.print(f"ran in {result.where}", markup=False, highlight=False, style="dim")
+
+
+class _Progress:
+    """A spinner on a terminal; step lines (not every pip line) elsewhere, all on stderr."""
+
+    def __init__(self, title: str):
+        self.tty = sys.stderr.isatty()
+        self.title = title
+        self.step = ""
+        self._status = err_console().status(title) if self.tty else None
+
+    def __enter__(self) -> _Progress:
+        if self._status:
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._status:
+            self._status.__exit__(*exc)
+
+    def update(self, text: str) -> None:
+        step = text.split(":", 1)[0]
+        if self._status:
+            self._status.update(f"{self.title}: {text[:110]}")
+        elif step != self.step:
+            err_console().print(f"{self.title}: {step}", markup=False, highlight=False)
+        self.step = step
+
+
+@cli.group()
+def render() -> None:
+    """Print a target's launch as SGLang argv, docker run, Compose, systemd or Kubernetes LWS."""
+
+
+def _spec(target: str, image: str | None, overrides: tuple[str, ...]):
+    from kit.launch import resolve
+
+    return resolve(target, image=image, overrides=overrides)
+
+
+def _print(text: str) -> None:
+    click.echo(text, nl=False)
+
+
+@render.command("sglang")
+@target_options
+@json_option
+def render_sglang(target: str, image: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """`python -m sglang.launch_server ...` with its env, for the image's SGLang release."""
+    from kit.render.sglang import launch_command, render_sglang
+
+    spec = _spec(target, image, overrides)
+    if as_json:
+        show(launch_command(spec), as_json=True, human=lambda *_: None)
+    else:
+        _print(render_sglang(spec))
+
+
+@render.command("docker")
+@target_options
+@click.option("--diagnose", is_flag=True, help="Add SYS_PTRACE so py-spy can read the ranks' stacks.")
+@json_option
+def render_docker(
+    target: str, image: str | None, overrides: tuple[str, ...], diagnose: bool, as_json: bool
+) -> None:
+    """The `docker run` line (and with --json the docker SDK arguments) `kit up` uses."""
+    from kit.render.docker import docker_run_argv, docker_run_line, run_kwargs
+
+    spec = _spec(target, image, overrides)
+    if diagnose:
+        spec = spec.model_copy(update={"cap_add": (*spec.cap_add, "SYS_PTRACE")})
+    if as_json:
+        show(
+            {"argv": docker_run_argv(spec), "sdk_kwargs": run_kwargs(spec, diagnose=diagnose)},
+            as_json=True,
+            human=lambda *_: None,
+        )
+    else:
+        _print(docker_run_line(spec) + "\n")
+
+
+@render.command("compose")
+@target_options(many=True)
+def render_compose(targets: tuple[str, ...], image: str | None, overrides: tuple[str, ...]) -> None:
+    """A Compose file with a service per TARGET (default: every catalog target, i.e. compose.yaml)."""
+    from kit.launch import list_targets
+    from kit.render.compose import render_compose
+
+    names = targets or tuple(list_targets())
+    _print(render_compose([_spec(name, image, overrides) for name in names]))
+
+
+@render.command("systemd")
+@target_options
+def render_systemd(target: str, image: str | None, overrides: tuple[str, ...]) -> None:
+    """A systemd unit that runs the server container in the foreground."""
+    from kit.render.systemd import render_systemd
+
+    _print(render_systemd(_spec(target, image, overrides)))
+
+
+@render.command("lws")
+@target_options
+@click.option("--nodes", type=click.IntRange(1, 64), default=None, help="Pods per group (default: nnodes).")
+def render_lws(target: str, image: str | None, overrides: tuple[str, ...], nodes: int | None) -> None:
+    """Kubernetes LeaderWorkerSet + Service (multi-node: --set tp=8 --set nnodes=2)."""
+    from kit.render.lws import render_lws
+
+    _print(render_lws(_spec(target, image, overrides), nodes=nodes))

@@ -1,0 +1,48 @@
+"""LaunchSpec -> the SGLang server command: argv and env, as data and as a shell command."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from kit.spec import LaunchSpec
+
+
+def launch_command(spec: LaunchSpec) -> dict[str, Any]:
+    """The command as data: argv, env, the variables passed through by name, and how it was made."""
+    return {
+        "target": spec.target,
+        "image": spec.image,
+        "dialect": spec.dialect,
+        "argv": list(spec.argv),
+        "env": dict(spec.env),
+        "pass_env": list(spec.pass_env),
+        "notes": list(spec.notes),
+    }
+
+
+def shell_lines(spec: LaunchSpec) -> list[str]:
+    """`VAR=value ... python -m sglang.launch_server` with one flag (and its value) per line."""
+    lines = [f"{key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())]
+    head = " ".join(shlex.quote(part) for part in spec.argv[:3])
+    lines.append(head)
+    rest = list(spec.argv[3:])
+    i = 0
+    while i < len(rest):
+        item = rest[i]
+        if item.startswith("--") and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            lines.append(f"  {shlex.quote(item)} {shlex.quote(rest[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"  {shlex.quote(item)}")
+            i += 1
+    return lines
+
+
+def render_sglang(spec: LaunchSpec) -> str:
+    """A shell command a person can read, and run where the image's SGLang is installed."""
+    header = [f"# {spec.target} on {spec.image} (SGLang dialect {spec.dialect})"]
+    header += [f"# {note}" for note in spec.notes]
+    if spec.pass_env:
+        header.append(f"# from your environment: {', '.join(spec.pass_env)}")
+    return "\n".join([*header, " \\\n".join(shell_lines(spec))]) + "\n"

@@ -1,0 +1,73 @@
+"""LaunchSpec -> a systemd unit that runs the server container (the failing deployment used systemd).
+
+The container is the one `kit render docker` prints, run in the foreground so systemd sees it stop;
+HF_TOKEN comes from an optional EnvironmentFile, never from the unit.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from kit.render.docker import docker_run_argv
+from kit.spec import PHASES, LaunchSpec
+
+
+def unit_name(spec: LaunchSpec) -> str:
+    return f"kit-{spec.target}"
+
+
+def _systemd_quote(arg: str) -> str:
+    # systemd expands %specifiers and $VARIABLES in ExecStart; the argv means them literally.
+    return shlex.quote(arg).replace("%", "%%").replace("$", "$$")
+
+
+def render_systemd(spec: LaunchSpec, *, docker: str = "/usr/bin/docker", env_file: str | None = None) -> str:
+    name = unit_name(spec)
+    argv = docker_run_argv(spec, name=name, host_port=spec.port)
+    argv.remove("-d")  # systemd supervises the foreground process
+    exec_start = " \\\n    ".join(_wrapped(argv, docker))
+    env_file = env_file or f"/etc/kit/{spec.target}.env"
+    # systemd must not kill a start-up that is still inside the profile's deadlines.
+    start_budget = int(sum(spec.timing.deadlines[phase] for phase in PHASES))
+    lines = [
+        f"# {name}.service, from `kit render systemd`: {spec.target} on {spec.image_ref}",
+        f"# SGLang dialect {spec.dialect}",
+        *(f"# {note}" for note in spec.notes),
+        f"# Install: copy to /etc/systemd/system/{name}.service; put HF_TOKEN=... in {env_file} (mode 600).",
+        "[Unit]",
+        f"Description=SGLang {spec.target} ({spec.model}, profile {spec.profile}) in Docker",
+        "After=docker.service network-online.target",
+        "Requires=docker.service",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"EnvironmentFile=-{env_file}",
+        f"ExecStartPre=-{docker} rm -f {name}",
+        f"ExecStart={exec_start}",
+        f"ExecStop={docker} stop -t 60 {name}",
+        "Restart=on-failure",
+        "RestartSec=30",
+        f"TimeoutStartSec={start_budget}",
+        "TimeoutStopSec=90",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _wrapped(argv: list[str], docker: str) -> list[str]:
+    """One option (with its value) per continued line, the server argv likewise."""
+    parts = [docker, *argv[1:]]
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        item = _systemd_quote(parts[i])
+        if parts[i].startswith("-") and i + 1 < len(parts) and not parts[i + 1].startswith("-") and i > 1:
+            out.append(f"{item} {_systemd_quote(parts[i + 1])}")
+            i += 2
+        else:
+            out.append(item)
+            i += 1
+    return out

@@ -1,0 +1,173 @@
+"""`kit validate`: is this launch right for this image? Pure, and well under a second.
+
+Checks, in order: the catalog and overrides parse (else InputError, exit 2); tensor parallel divides
+the heads and equals the GPUs asked for; the memory fit (kit/validate/_memory.py, numbers shown);
+the image's dialect rules (e.g. 0.5.10's MTP-on-hybrid rule); known pitfalls (pitfalls.toml).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kit.catalog import read_toml
+from kit.catalog._errors import translate as _schema_error
+from kit.dialects import Rule, matches
+from kit.launch import Resolved, resolve_full
+from kit.validate._memory import MemoryFit, memory_fit
+
+__all__ = ["Finding", "MemoryFit", "ValidationReport", "findings_for", "memory_fit", "validate"]
+
+PITFALLS = Path(__file__).resolve().parent / "pitfalls.toml"
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Literal["error", "warning"]
+    message: str
+    fix: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    target: str
+    image: str
+    dialect: str
+    ok: bool
+    """No finding of severity error."""
+    findings: tuple[Finding, ...]
+    memory: MemoryFit | None
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    notes: tuple[str, ...]
+    seconds: float = 0.0
+    checks: tuple[str, ...] = field(default=())
+
+
+class _Pitfalls(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rules: tuple[Rule, ...] = ()
+
+
+@functools.cache
+def pitfalls() -> tuple[Rule, ...]:
+    try:
+        return _Pitfalls.model_validate(read_toml(PITFALLS)).rules
+    except ValidationError as exc:
+        raise _schema_error(PITFALLS, exc, _Pitfalls) from exc
+
+
+def _format(text: str, facts: dict[str, Any]) -> str:
+    try:
+        return text.format(**{k.replace(".", "_"): v for k, v in facts.items()})
+    except (KeyError, IndexError, ValueError):
+        return text
+
+
+def _rule_findings(rules: Sequence[Rule], facts: dict[str, Any], origin: str) -> list[Finding]:
+    return [
+        Finding(
+            id=f"{origin}:{rule.id}",
+            severity=rule.severity,
+            message=_format(rule.message, facts),
+            fix=rule.fix,
+            source=rule.source,
+        )
+        for rule in rules
+        if matches(rule.when, facts)
+    ]
+
+
+def _parallel_findings(r: Resolved) -> list[Finding]:
+    found: list[Finding] = []
+    facts, tp = r.model.facts, r.profile.tp
+    if facts.attention_heads % tp:
+        found.append(
+            Finding(
+                "tp-heads",
+                "error",
+                f"TP {tp} does not divide the {facts.attention_heads} attention heads",
+                f"use a TP that divides {facts.attention_heads}",
+            )
+        )
+    kv = facts.kv_heads
+    if (tp > kv and tp % kv) or (tp <= kv and kv % tp):
+        found.append(
+            Finding(
+                "tp-kv-heads",
+                "error",
+                f"TP {tp} and {kv} KV heads: neither divides the other",
+                "KV heads are split or replicated evenly only when one divides the other",
+            )
+        )
+    if facts.linear_value_heads and facts.linear_value_heads % tp:
+        found.append(
+            Finding(
+                "tp-linear-heads",
+                "error",
+                f"TP {tp} does not divide the {facts.linear_value_heads} linear-attention value heads",
+                "use a TP that divides them",
+            )
+        )
+    if r.spec.device == "cuda":
+        per_node = r.target_def.gpus
+        if tp != per_node * r.profile.nnodes:
+            where = f"{per_node} GPUs" + (f" x {r.profile.nnodes} nodes" if r.profile.nnodes > 1 else "")
+            found.append(
+                Finding(
+                    "tp-gpus",
+                    "error",
+                    f"TP {tp} but the target asks for {where}",
+                    f"--set tp={per_node * r.profile.nnodes}, or change the target's gpus",
+                )
+            )
+    return found
+
+
+def findings_for(r: Resolved) -> tuple[list[Finding], MemoryFit | None]:
+    findings = _parallel_findings(r)
+    fit = None
+    if r.spec.device == "cuda" and r.hardware is not None:
+        fit = memory_fit(r.model.facts, r.profile, r.hardware, r.translation.facts.get("mamba_cache"))
+        if not fit.fits:
+            findings.append(
+                Finding(
+                    "memory-fit",
+                    "error",
+                    f"does not fit: {fit.summary()}",
+                    "more GPUs (tp), a shorter context_length, or a higher mem_fraction",
+                )
+            )
+    facts = r.translation.facts
+    findings += _rule_findings(r.dialect.rules, facts, r.dialect.name)
+    findings += _rule_findings(pitfalls(), facts, "pitfall")
+    return findings, fit
+
+
+def validate(target: str, *, image: str | None = None, overrides: Sequence[str] = ()) -> ValidationReport:
+    """Check TARGET on IMAGE with overrides. Bad input raises InputError; findings come back as data."""
+    start = time.perf_counter()
+    r = resolve_full(target, image=image, overrides=overrides)
+    findings, fit = findings_for(r)
+    findings.sort(key=lambda f: f.severity != "error")
+    return ValidationReport(
+        target=target,
+        image=r.spec.image,
+        dialect=r.spec.dialect,
+        ok=not any(f.severity == "error" for f in findings),
+        findings=tuple(findings),
+        memory=fit,
+        argv=r.spec.argv,
+        env=r.spec.env,
+        notes=r.spec.notes,
+        seconds=round(time.perf_counter() - start, 4),
+        checks=("schema", "parallel", "memory" if fit else "memory (skipped: no GPU)", "dialect", "pitfalls"),
+    )
