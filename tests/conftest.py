@@ -28,3 +28,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if IN_CI and report.skipped and item.get_closest_marker("docker") and not item.get_closest_marker("gpu"):
         report.outcome = "failed"
         report.longrepr = f"a docker test skipped in CI, which must run it: {_skip_reason(report)}"
+
+
+pytest_plugins = ["pytester"]

@@ -108,15 +108,17 @@ def _result(
     return UpResult(**fields)
 
 
-def _follow(
+def follow_container(
     container: Container,
     spec: LaunchSpec,
     limits: PhaseLimits,
-    on_progress: ProgressCallback | None,
-    first_token: bool,
+    *,
     base_url: str | None,
     session: str,
+    first_token: bool = True,
+    on_progress: ProgressCallback | None = None,
 ) -> UpResult:
+    """Follow a started container to its verdict; at READY time the first token, else diagnose."""
     watcher = Watcher(container, limits)
     verdict = watcher.run(on_progress)
     now = time.monotonic()
@@ -167,7 +169,15 @@ def run_up(
     try:
         if on_start:
             on_start(server)
-        result = _follow(server.container, spec, limits, on_progress, first_token, server.url, server.session)
+        result = follow_container(
+            server.container,
+            spec,
+            limits,
+            base_url=server.url,
+            session=server.session,
+            first_token=first_token,
+            on_progress=on_progress,
+        )
     except KeyboardInterrupt:
         result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
     finally:
@@ -196,6 +206,14 @@ def run_watch(
     base_url = f"http://127.0.0.1:{port}" if port else None
     session = runtime.new_session_id()
     try:
-        return _follow(container, spec, limits, on_progress, first_token, base_url, session)
+        return follow_container(
+            container,
+            spec,
+            limits,
+            base_url=base_url,
+            session=session,
+            first_token=first_token,
+            on_progress=on_progress,
+        )
     except KeyboardInterrupt:
         return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))

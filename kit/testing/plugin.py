@@ -71,6 +71,7 @@ def gpu_missing() -> str | None:
     return None if count else "no NVIDIA GPU: NVML sees 0 devices"
 
 
+@pytest.hookimpl(tryfirst=True)  # before fixtures start containers
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu"):
         reason = gpu_missing()

@@ -43,9 +43,13 @@ MANIFESTS = list_manifests(ROOT / "images")
 
 
 def test_the_dockerfile_declares_args():
-    assert {"BASE_IMAGE", "SGLANG_VERSION", "TORCH_VERSION", "KIT_NCCL_VERSION", "TORCH_CUDA_ARCH_LIST"} <= set(
-        ARGS
-    )
+    assert {
+        "BASE_IMAGE",
+        "SGLANG_VERSION",
+        "TORCH_VERSION",
+        "KIT_NCCL_VERSION",
+        "TORCH_CUDA_ARCH_LIST",
+    } <= set(ARGS)
 
 
 def test_no_arg_has_a_default():

@@ -1,0 +1,59 @@
+"""`kit smoke TARGET`: pass/fail table of the smoke checks, with timings."""
+
+from __future__ import annotations
+
+import click
+
+from kit.cli import cli
+from kit.output import console, show
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--image", help="Image manifest (default: the target's).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field.")
+@click.option("--no-faults", is_flag=True, help="Skip the planted-fault checks (CPU rehearsal only).")
+@click.option("--json", "as_json", is_flag=True)
+def smoke(target: str, image: str | None, overrides: tuple[str, ...], no_faults: bool, as_json: bool) -> None:
+    """Start TARGET and run the smoke checks: init and first token within deadlines, health,
+    repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""
+    from kit.launch import resolve
+    from kit.startup import limits_from_spec
+    from kit.testing.smoke import run_smoke
+
+    spec = resolve(target, image=image, overrides=overrides)
+    out = console()
+
+    def progress(check) -> None:
+        if not as_json:
+            out.print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}", markup=False, highlight=False)
+
+    if not as_json:
+        out.print(f"kit smoke {spec.target} ({spec.image})", markup=False, highlight=False)
+    report = run_smoke(spec, limits_from_spec(spec), faults=not no_faults, on_check=progress)
+    show(report, as_json=as_json, human=_table)
+    raise SystemExit(report.exit_code)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _table(report, out) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("check", "result", "measured", "limit", "detail"):
+        table.add_column(column)
+    for check in report.checks:
+        table.add_row(
+            check.name,
+            "[green]pass[/]" if check.ok else "[red]FAIL[/]",
+            _seconds(check.seconds),
+            _seconds(check.limit_s),
+            check.detail[:70],
+        )
+    out.print(table)
+    out.print(
+        f"{'PASS' if report.ok else 'FAIL'}: {sum(c.ok for c in report.checks)}/{len(report.checks)} checks"
+    )

@@ -1,0 +1,59 @@
+"""The plugin's promises about reports, proven by running it in an inner pytest session."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.launch import resolve
+from kit.runtime.engine import image_exists
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_reports_show_timeline_and_log_tail_on_failure_and_junit_carries_timings(pytester):
+    spec = resolve("tiny")
+    if not image_exists(spec.image_ref):
+        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    # One inner session, one server (kit_server is session-scoped): a passing test that records
+    # its first-token time, and a test that fails on purpose.
+    pytester.makepyfile(
+        """
+        from kit.testing import checks
+
+        def test_first_token(kit_server):
+            check = checks.first_token_chat(kit_server.url, kit_server.spec)
+            kit_server.record("first_token_chat_s", check.seconds)
+            assert check.ok
+
+        def test_fails_on_purpose(kit_server):
+            assert kit_server.result.verdict == "something else"
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--kit-target", "tiny", "--junitxml=junit.xml", "-p", "no:cacheprovider", timeout=600
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "kit tiny: phase timeline" in text
+    assert "TP0      init" in text and "TP1      init" in text
+    assert "kit tiny: log tail" in text
+    assert "The server is fired up and ready to roll!" in text
+    assert "READY tiny after" in text
+    junit = (pytester.path / "junit.xml").read_text()
+    for name in ("kit.first_token_chat_s", "kit.phase.init_s", "kit.phase.load_s", "kit.startup_s"):
+        assert f'name="{name}"' in junit, name
+
+
+def test_gpu_tests_skip_with_a_reason_naming_what_is_missing(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        def test_needs_gpus():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-m", "gpu", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    assert "no NVIDIA GPU" in result.stdout.str()

@@ -1,0 +1,146 @@
+"""`kit up` end to end against the real rehearsal server: verdicts, exit codes, and no container left.
+
+Each test runs the real CLI in a subprocess (as a person or CI would) with --json, and reads the
+final result object. Faults are planted with the rehearsal image's test-only switch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.launch import resolve
+from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+KIT = [sys.executable, "-m", "kit"]
+
+
+@pytest.fixture(autouse=True)
+def _rehearsal_image():
+    spec = resolve("tiny")
+    if not image_exists(spec.image_ref):
+        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+
+
+def kit_containers() -> list:
+    return client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"})
+
+
+def run_up(*args: str, timeout: float = 400) -> tuple[int, dict, list[dict], str]:
+    proc = subprocess.run(
+        [*KIT, "up", "tiny", "--json", *args], capture_output=True, text=True, timeout=timeout
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = [line for line in lines if line.get("type") == "result"]
+    assert results, f"no result line; stdout={proc.stdout[-2000:]} stderr={proc.stderr[-2000:]}"
+    return proc.returncode, results[-1], lines, proc.stderr
+
+
+def test_up_tiny_is_ready_with_startup_and_first_token_times_and_leaves_nothing():
+    code, result, lines, _ = run_up()
+    assert code == 0, result
+    assert result["verdict"] == "ready"
+    assert result["startup_s"] > 0
+    assert 0 < result["first_token_s"] < 30
+    assert result["reply"]
+    assert result["container_removed"] is True
+    milestones = {(m["rank"], m["milestone"]) for m in lines if m.get("type") == "milestone"}
+    assert {
+        ("TP0", "init.begin"),
+        ("TP1", "init.begin"),
+        ("TP0", "init.end"),
+        ("TP1", "init.end"),
+    } <= milestones
+    assert not kit_containers()
+
+
+def test_up_tiny_human_output_says_ready_with_times():
+    proc = subprocess.run([*KIT, "up", "tiny"], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "READY tiny after" in proc.stdout
+    assert "first token" in proc.stdout
+    assert "removed container kit-tiny-" in proc.stdout
+    assert not kit_containers()
+
+
+def test_planted_init_hang_is_named_within_the_stall_window_with_stacks():
+    code, result, _, _ = run_up("--fault", "hang-init:rank=1")
+    window = resolve("tiny").timing.stall_windows["init"]
+    assert code == 4, result
+    assert result["verdict"] == "hung"
+    assert result["phase"] == "init"
+    # quiet_for_s: time since the last log line or activity when the verdict was given.
+    assert window <= result["quiet_for_s"] <= window + 5
+    assert result["waiting_ranks"] == ["TP0"]
+    assert result["missing_ranks"] == ["TP1"]
+    stacks = {s["rank"]: s for s in result["stacks"]}
+    assert stacks["TP0"]["kind"] == "rendezvous"
+    assert "init_process_group" in stacks["TP0"]["where"]
+    assert stacks["TP1"]["kind"] == "planted-fault"
+    folder = Path(result["diagnostics"])
+    assert (folder / "stacks" / "TP0.txt").read_text().count("_create_c10d_store") == 1
+    assert "Init parallel begin" in (folder / "server.log").read_text()
+    assert result["container_removed"] is True
+    assert not kit_containers()
+
+
+def test_planted_crash_in_load_is_crashed_in_load_with_the_exception():
+    code, result, _, _ = run_up("--fault", "crash-load:rank=1")
+    assert code == 1, result
+    assert result["verdict"] == "crashed"
+    assert result["phase"] == "load"
+    assert "kit fault crash-load: rank 1 failed while loading weights" in result["exception"]
+    assert not kit_containers()
+
+
+def test_a_slow_but_alive_load_is_never_called_hung():
+    load_window = resolve("tiny").timing.stall_windows["load"]
+    seconds = int(load_window * 1.5)  # longer than the window: only activity keeps it alive
+    code, result, _, _ = run_up("--fault", f"slow-load:seconds={seconds}", timeout=600)
+    assert code == 0, result
+    assert result["verdict"] == "ready"
+    load = [s for s in result["timeline"] if s["phase"] == "load" and s["rank"] == "TP0"]
+    assert load and load[0]["elapsed_s"] >= seconds
+    assert not kit_containers()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_kit_up_removes_the_container(sig):
+    proc = subprocess.Popen(
+        [*KIT, "up", "tiny", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not kit_containers():
+            assert time.monotonic() < deadline, "the container never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        time.sleep(3)  # mid start-up
+        os.kill(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    results = [json.loads(line) for line in stdout.splitlines() if '"type":"result"' in line]
+    assert results and results[-1]["verdict"] == "interrupted"
+    assert results[-1]["container_removed"] is True
+    assert "Traceback" not in stderr
+    assert not kit_containers()
+
+
+def test_unknown_target_is_one_line_and_exit_2():
+    proc = subprocess.run([*KIT, "up", "no-such-thing"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "unknown target 'no-such-thing'" in proc.stderr
+    assert "known targets: qwen-base, qwen-mtp, tiny" in proc.stderr
+    assert "Traceback" not in proc.stderr
