@@ -32,7 +32,7 @@ ARCHITECTURE = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 4096,
 }
-# A fixed corpus: enough distinct text for a ~1000-token byte-level BPE vocabulary.
+# A fixed corpus for the byte-level BPE vocabulary.
 CORPUS = (
     """
 The kit starts a model server in a container, watches every rank through distributed init,
@@ -47,6 +47,31 @@ Speculative decoding drafts tokens with a small head and verifies them with the 
 """
     * 4
 )
+# The prose above alone yields ~600 tokens; fixed syllable triples give BPE enough distinct words to
+# fill the ~1000-token vocabulary the rehearsal promises (deterministic: no randomness in training).
+_SYLLABLES = [
+    "ka",
+    "ri",
+    "to",
+    "na",
+    "mi",
+    "su",
+    "le",
+    "po",
+    "da",
+    "ve",
+    "go",
+    "ni",
+    "ru",
+    "sa",
+    "te",
+    "mo",
+    "li",
+    "bu",
+    "fe",
+    "ja",
+]
+SYNTHETIC = " ".join(a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES[:6])
 
 
 def build_tokenizer():
@@ -61,7 +86,7 @@ def build_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(CORPUS.splitlines(), trainer=trainer)
+    tokenizer.train_from_iterator([*CORPUS.splitlines(), *SYNTHETIC.split(" ")], trainer=trainer)
     return tokenizer
 
 

@@ -119,7 +119,7 @@ def causes_for(
     )
     rows = [
         CauseRow(m.cause.title, m.cause.why, m.cause.what_to_try)
-        for m in match_causes(outcome, tracker.phase, haystack)
+        for m in match_causes(outcome, tracker.phase, haystack, device=device)
     ]
     if any(s.kind.value == "planted-fault" for s in stacks.values()):
         rows.insert(

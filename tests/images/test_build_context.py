@@ -1,0 +1,92 @@
+"""What a build sends: the assembled context, where torch comes from, and the host pip's defaults."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from kit.errors import InputError
+from kit.images.build import BuildOptions, build_args, find_local_wheel, python_tag, write_context
+from kit.images.manifest import load_manifest
+from kit.images.pipconfig import parse_pip_config
+
+CPU = "sglang-0.5.23-cpu"
+
+
+def context_names(options: BuildOptions) -> tuple[list[str], str]:
+    buffer = io.BytesIO()
+    source = write_context(buffer, load_manifest(CPU), options)
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as tar:
+        return sorted(tar.getnames()), source
+
+
+def test_the_context_holds_only_what_the_dockerfile_copies(tmp_path):
+    names, source = context_names(BuildOptions())
+    assert "Dockerfile" in names
+    assert "rehearsal/kit_faults.py" in names
+    assert "rehearsal/shims/sgl_kernel/__init__.py" in names
+    assert "rehearsal/tiny_model.py" in names
+    assert "inimage/verify.py" in names
+    assert "ca/.keep" in names and "wheels/.keep" in names
+    assert not any(n.startswith(("kit/", "tests/", ".git")) for n in names)
+    assert source.startswith("index https://download.pytorch.org/whl/cpu")
+
+
+def test_a_local_torch_wheel_goes_into_the_context_and_no_index_is_asked(tmp_path):
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"not really a wheel")
+    (tmp_path / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"wrong python")
+    names, source = context_names(BuildOptions(wheel_dirs=(tmp_path,)))
+    assert f"wheels/{wheel.name}" in names
+    assert source == f"local wheel {wheel}"
+    args = build_args(load_manifest(CPU), torch_from_local_wheel=True)
+    assert args["TORCH_INDEX_URL"] == ""
+
+
+def test_a_ca_bundle_is_sent_as_ca_bundle_crt(tmp_path):
+    bundle = tmp_path / "corp.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    names, _ = context_names(BuildOptions(ca_bundle=bundle))
+    assert "ca/ca-bundle.crt" in names
+    assert "ca/.keep" not in names
+
+
+def test_a_missing_ca_bundle_is_an_input_error(tmp_path):
+    with pytest.raises(InputError) as info:
+        context_names(BuildOptions(ca_bundle=tmp_path / "absent.pem"))
+    assert info.value.field == "--ca-bundle"
+
+
+def test_two_contexts_with_the_same_files_are_byte_identical():
+    first, second = io.BytesIO(), io.BytesIO()
+    write_context(first, load_manifest(CPU), BuildOptions())
+    write_context(second, load_manifest(CPU), BuildOptions())
+    assert first.getvalue() == second.getvalue()
+
+
+def test_python_tags_and_wheel_matching(tmp_path):
+    assert python_tag("python3.11") == "cp311"
+    assert python_tag("python3.12") == "cp312"
+    with pytest.raises(InputError):
+        python_tag("py3")
+    assert find_local_wheel("torch", "2.13.0+cpu", "cp311", [tmp_path / "absent"]) is None
+
+
+def test_pip_config_environment_values_win_over_files():
+    text = (
+        "global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+        ":env:.cert='/corp/ca.pem'\n"
+        "global.find-links='/opt/wheels /srv/more'\n"
+        "garbage line\n"
+    )
+    assert parse_pip_config(text) == {"cert": "/corp/ca.pem", "find-links": "/opt/wheels /srv/more"}
+
+
+def test_the_dockerfile_is_where_the_kit_finds_it():
+    from kit import paths
+
+    assert paths.dockerfile() == Path(__file__).parents[2] / "Dockerfile"

@@ -1,0 +1,61 @@
+"""The test-only fault switch: its spec format (pure), and that it is inert without KIT_FAULT."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+FAULTS = Path(__file__).parents[2] / "kit" / "rehearsal" / "kit_faults.py"
+
+
+def load_faults():
+    spec = importlib.util.spec_from_file_location("kit_faults_under_test", FAULTS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fault_specs_parse_kind_and_parameters():
+    faults = load_faults()
+    assert faults.parse_fault("hang-init:rank=1") == ("hang-init", {"rank": "1"})
+    assert faults.parse_fault("slow-load:seconds=90") == ("slow-load", {"seconds": "90"})
+    assert faults.parse_fault("crash-load") == ("crash-load", {})
+    assert faults.parse_fault("hang-collective:rank=0,x=y") == ("hang-collective", {"rank": "0", "x": "y"})
+
+
+def test_without_kit_fault_nothing_is_patched():
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('kit_faults', {str(FAULTS)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(any(type(f).__name__ == '_PatchOnImport' for f in sys.meta_path))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={}, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_an_armed_fault_waits_for_its_module_and_an_unknown_one_says_so():
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('kit_faults', {str(FAULTS)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print([f.module_name for f in sys.meta_path if type(f).__name__ == '_PatchOnImport'])\n"
+    )
+    armed = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"KIT_FAULT": "crash-load:rank=1"},
+        check=True,
+    )
+    assert armed.stdout.strip() == "['safetensors']"
+    unknown = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"KIT_FAULT": "melt-gpu"},
+        check=True,
+    )
+    assert "unknown KIT_FAULT 'melt-gpu'" in unknown.stderr

@@ -1,0 +1,74 @@
+"""The verdict paragraph people read, and which likely causes a device can have. Pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kit.diagnose.stacks import classify_stack
+from kit.logs import Hung, PhaseLimits, Tracker, parse_text
+from kit.startup.result import UpResult, causes_for, stack_rows, verdict_lines
+
+STACKS = Path(__file__).parents[1] / "fixtures" / "stacks"
+INIT_HANG_LOG = """\
+[2026-12-02 14:15:55 TP0] Init parallel begin.
+[2026-12-02 14:15:56 TP1] Init parallel begin.
+"""
+
+
+def tracker_after(log: str) -> Tracker:
+    tracker = Tracker.start(PhaseLimits(expected_ranks=2), 0.0)
+    for event in parse_text(log):
+        tracker = tracker.observe_event(event, 1.0)
+    return tracker
+
+
+def test_a_hung_result_names_waiting_and_missing_ranks_with_their_stacks():
+    stacks = {
+        "TP0": classify_stack("TP0", (STACKS / "hang-init-11.txt").read_text(), 11),
+        "TP1": classify_stack("TP1", (STACKS / "hang-init-12.txt").read_text(), 12),
+    }
+    result = UpResult(
+        target="tiny",
+        image="sglang-0.5.23-cpu",
+        container="kit-tiny-x",
+        verdict="hung",
+        exit_code=4,
+        phase="init",
+        quiet_for_s=20.4,
+        waiting_ranks=("TP0",),
+        missing_ranks=("TP1",),
+        stacks=stack_rows(stacks),
+        evidence=("[2026-12-02 14:15:56 TP1] Init parallel begin.",),
+        diagnostics="/tmp/runs/x",
+    )
+    lines = verdict_lines(result)
+    assert lines[0] == "HUNG in init: no log line and no activity for 20 s"
+    assert lines[1].startswith("  waiting: TP0 (rendezvous: _create_c10d_store")
+    assert lines[2].startswith("  missing: TP1 (its stack: kit_fault_hang_init")
+    assert "  diagnostics: /tmp/runs/x" in lines
+
+
+def test_a_cpu_rehearsal_is_not_offered_nccl_causes_but_a_gpu_host_is():
+    tracker = tracker_after(INIT_HANG_LOG)
+    verdict = Hung(
+        phase=tracker.phase, stuck_ranks=("TP0", "TP1"), missing_ranks=(), evidence=(), quiet_for_s=30
+    )
+    cpu = {c.title for c in causes_for(verdict, tracker, {}, "cpu")}
+    gpu = {c.title for c in causes_for(verdict, tracker, {}, "cuda")}
+    assert not any("NCCL" in title or "P2P" in title for title in cpu)
+    assert any("P2P" in title for title in gpu)
+
+
+def test_a_planted_fault_is_the_first_likely_cause():
+    tracker = tracker_after(INIT_HANG_LOG)
+    stacks = {"TP1": classify_stack("TP1", (STACKS / "hang-init-12.txt").read_text())}
+    verdict = Hung(
+        phase=tracker.phase, stuck_ranks=("TP0",), missing_ranks=("TP1",), evidence=(), quiet_for_s=30
+    )
+    causes = causes_for(verdict, tracker, stacks, "cpu")
+    assert causes[0].title == "a planted test fault (KIT_FAULT)"
+
+
+def test_ready_reads_as_one_line_with_times():
+    result = UpResult("tiny", "img", "c", "ready", 0, phase="serving", startup_s=36.2, first_token_s=0.31)
+    assert verdict_lines(result) == ["READY tiny after 36.2 s; first token 0.31 s"]
