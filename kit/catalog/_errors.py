@@ -61,6 +61,13 @@ def translate(
     if kind == "missing":
         return InputError(f"{where}: {key}", "missing", fix)
     message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    # Cross-field checks say which key they mean ("hardware: ..."); put it into the dotted key.
+    owner = model_at(root, (*loc, "")) if loc else root
+    field, sep, rest = message.partition(": ")
+    if sep and field.split(".")[0] in owner.model_fields:
+        key = ".".join(str(p) for p in (*prefix, *loc, field))
+        message = rest
+        fix = f"allowed keys: {allowed_keys(model_at(root, (*loc, *field.split('.'))))}"
     given = err.get("input")
     if kind not in ("model_type", "dict_type") and isinstance(given, (str, int, float, bool)):
         message = f"{message} (got {given!r})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,5 +189,6 @@ def _load_default() -> Catalog:
 
 
 def load_catalog(directory: Path | None = None) -> Catalog:
-    """The catalog in `directory` (default: the kit's own, read once per process)."""
+    """The catalog in `directory`, else $KIT_CATALOG_DIR, else the kit's own (read once per process)."""
+    directory = directory or os.environ.get("KIT_CATALOG_DIR") or None
     return _load_default() if directory is None else _load(Path(directory))
