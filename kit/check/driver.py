@@ -23,6 +23,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -158,6 +159,9 @@ def _patch_smi(memory_gib: float) -> None:
             module.get_nvgpu_memory_capacity = lambda: mib
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class _Records(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -165,7 +169,7 @@ class _Records(logging.Handler):
 
     def emit(self, record):
         if len(self.lines) < 40:
-            self.lines.append(" ".join(record.getMessage().split())[:400])
+            self.lines.append(" ".join(_ANSI.sub("", record.getMessage()).split())[:400])
 
 
 def _plain(value):
