@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import requests
 from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
@@ -118,8 +119,8 @@ class LogFollower:
                 now = time.monotonic()
                 for raw in complete:
                     self.lines.put((now, raw.decode("utf-8", "replace").rstrip("\r")))
-        except DockerException:
-            pass  # the container went away; the watcher notices through its state
+        except (DockerException, requests.RequestException, OSError):
+            pass  # the container or the engine went away; the watcher notices through its state
         finally:
             if pending:
                 self.lines.put((time.monotonic(), pending.decode("utf-8", "replace")))
@@ -145,7 +146,7 @@ def sample_activity(
     """Container-wide CPU seconds and bytes read, from one stats snapshot (None if it is gone)."""
     try:
         stats = container.stats(stream=False, one_shot=True)
-    except (DockerException, ValueError):
+    except (DockerException, requests.RequestException, ValueError):
         return None
     usage = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
     return ActivitySample(
@@ -165,12 +166,16 @@ class ContainerState:
 
 
 def container_state(container: Container) -> ContainerState:
+    """Running or not; raises EnvironmentProblem when the engine itself stopped answering."""
     try:
         container.reload()
     except NotFound:
         return ContainerState(False, None, gone=True)
-    except DockerException:
-        return ContainerState(True, None)
+    except (DockerException, requests.RequestException) as exc:
+        raise EnvironmentProblem(
+            "the Docker engine stopped answering while watching the server",
+            hint=f"container {container.name} may still exist: 'kit down --all' once the engine is back",
+        ) from exc
     state = container.attrs.get("State", {})
     running = bool(state.get("Running"))
     return ContainerState(running, None if running else state.get("ExitCode"), bool(state.get("OOMKilled")))
@@ -220,8 +225,11 @@ def remove(container: Container) -> bool:
         container.remove(force=True, v=True)
     except NotFound:
         return True
-    except DockerException as exc:
-        raise KitError(f"could not remove container {container.name}: {exc}") from exc
+    except (DockerException, requests.RequestException) as exc:
+        raise KitError(
+            f"could not remove container {container.name}: {type(exc).__name__}",
+            hint="remove it with 'kit down --all' once the engine answers",
+        ) from exc
     return True
 
 

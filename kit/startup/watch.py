@@ -12,11 +12,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import requests
-from docker.errors import DockerException
 from docker.models.containers import Container
 
-from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
 from kit.runtime import server as runtime
 
@@ -85,16 +82,9 @@ class Watcher:
         ended = False
         if now >= self._next_sample:
             self._next_sample = now + self.sample_every_s
-            try:
-                state = runtime.container_state(self.container)
-                sample = (
-                    runtime.sample_activity(self.container, now, self.gpu_memory()) if state.running else None
-                )
-            except (DockerException, requests.RequestException) as exc:
-                raise EnvironmentProblem(
-                    "the Docker engine stopped answering while watching the server",
-                    hint="start the engine again; 'kit ps' shows what is left",
-                ) from exc
+            state = runtime.container_state(self.container)  # EnvironmentProblem if the engine is gone
+            running = state.running
+            sample = runtime.sample_activity(self.container, now, self.gpu_memory()) if running else None
             if sample is not None:
                 self.tracker = self.tracker.observe_sample(sample)
                 self._last_sample = sample
