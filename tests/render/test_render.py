@@ -192,3 +192,19 @@ def test_docker_compose_accepts_compose_yaml():
         env={"PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": "/root", "HF_TOKEN": ""},
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_compose_yaml_matches_the_compose_specification():
+    # No engine needed: check-jsonschema (a dev dependency) carries the Compose spec's JSON schema.
+    import sys
+    from pathlib import Path
+
+    tool = Path(sys.executable).with_name("check-jsonschema")
+    if not tool.exists():
+        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
+    done = subprocess.run(
+        [str(tool), "--builtin-schema", "vendor.compose-spec", str(paths.project_root() / "compose.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
