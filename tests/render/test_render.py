@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -189,7 +191,7 @@ def test_docker_compose_accepts_compose_yaml():
         ],
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": "/root", "HF_TOKEN": ""},
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "HF_TOKEN": ""},
     )
     assert done.returncode == 0, done.stderr
 
