@@ -5,15 +5,14 @@ from __future__ import annotations
 import click
 
 from kit.cli import cli
+from kit.cli.catalog import json_option, target_options
 from kit.output import console, show
 
 
 @cli.command()
-@click.argument("target")
-@click.option("--image", help="Image manifest (default: the target's).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field.")
+@target_options
 @click.option("--no-faults", is_flag=True, help="Skip the planted-fault checks (CPU rehearsal only).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def smoke(target: str, image: str | None, overrides: tuple[str, ...], no_faults: bool, as_json: bool) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
     repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""

@@ -7,6 +7,7 @@ import signal
 import click
 
 from kit.cli import cli
+from kit.cli.catalog import json_option, target_options
 from kit.output import console, emit_json, show
 
 
@@ -61,9 +62,7 @@ def _limit_options(func):
 
 
 @cli.command()
-@click.argument("target")
-@click.option("--image", help="Image manifest to run (default: the target's).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field.")
+@target_options
 @click.option("--fault", help="CPU rehearsal only, test-only: plant a fault (hang-init, crash-load, ...).")
 @click.option("--keep", is_flag=True, help="Leave the container running (or stopped) afterwards.")
 @click.option("--no-first-token", is_flag=True, help="Stop at READY without a chat request.")
@@ -148,7 +147,7 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def ps(as_json: bool) -> None:
     """The kit's containers (running and stopped), found by label."""
     from kit.runtime.inventory import list_servers

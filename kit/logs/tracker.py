@@ -52,8 +52,8 @@ class ActivitySample:
 class StageSeconds:
     """One number of seconds per start-up stage.
 
-    `launch` is before the first milestone (imports, argument checks); `first_token` is the
-    warm-up request after the HTTP server is up; the others are the phases of the same name.
+    `launch` is before the first milestone (imports, argument checks); `first_token` bounds a
+    client's first token after READY; the others are the phases of the same name.
     """
 
     launch: float
@@ -324,11 +324,14 @@ class Tracker:
 
     @property
     def stage(self) -> str:
-        """The limits key in force: launch, init, load, memory, capture, warmup, first_token, serving."""
+        """The limits key in force: launch, init, load, memory, capture, warmup, serving.
+
+        The server's own warm-up request after the HTTP server is up stays `warmup`: its first
+        forward pass compiles kernels and can take far longer than a client's first token, which
+        `first_token` bounds (the kit's request after READY).
+        """
         if self.phase is None:
             return "launch"
-        if self.phase is Phase.WARMUP and self.http_up:
-            return "first_token"
         return self.phase.value
 
     @property

@@ -190,11 +190,12 @@ def test_deadline_counts_from_the_start_of_the_current_phase():
     assert isinstance(tracker.verdict(19), Deadline)
 
 
-def test_warmup_after_the_http_server_is_up_uses_the_first_token_limits():
+def test_the_servers_own_warmup_request_after_http_up_keeps_the_warmup_limits():
     tracker = started((ev(Milestone.CAPTURE_END, 0), 0))
     assert tracker.stage == "warmup"
     tracker = tracker.observe_event(ev(Milestone.HTTP_UP), 5)
-    assert (tracker.phase, tracker.stage) == (Phase.WARMUP, "first_token")
+    # Its first forward pass compiles kernels; the client's first-token limit is for after READY.
+    assert (tracker.phase, tracker.stage) == (Phase.WARMUP, "warmup")
 
 
 # -- crashes and readiness -------------------------------------------------------------------------
