@@ -8,7 +8,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
-from kit.output import console, emit_json, show
+from kit.output import console, emit_json, jsonable, show
 
 
 def _sigterm_as_interrupt() -> None:
@@ -39,7 +39,7 @@ def _print_result(result, out) -> None:
         )
     if result.container_removed:
         out.print(f"  removed container {result.container}", markup=False, highlight=False)
-    elif result.verdict != "interrupted" or result.container:
+    else:
         out.print(
             f"  container kept: {result.container} (remove with 'kit down {result.container}')",
             markup=False,
@@ -98,16 +98,10 @@ def up(target, image, overrides, fault, keep, no_first_token, as_json, deadline,
             first_token=not no_first_token,
         )
     if as_json:
-        emit_json({"type": "result", **_as_dict(result)})
+        emit_json({"type": "result", **jsonable(result)})
     else:
         _print_result(result, console())
     raise SystemExit(result.exit_code)
-
-
-def _as_dict(result) -> dict:
-    from kit.output import jsonable
-
-    return jsonable(result)
 
 
 @cli.command()
@@ -140,7 +134,7 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
     with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
         result = run_watch(container, spec, limits, on_progress=view.update, first_token=first_token)
     if as_json:
-        emit_json({"type": "result", **_as_dict(result)})
+        emit_json({"type": "result", **jsonable(result)})
     else:
         _print_result(result, console())
     raise SystemExit(result.exit_code)

@@ -25,7 +25,7 @@ def list_servers() -> list[ServerRow]:
     rows = []
     for container in runtime.kit_containers():
         labels = container.labels
-        port = runtime.published_port(container, 30000) if container.status == "running" else None
+        port = _first_published_port(container) if container.status == "running" else None
         rows.append(
             ServerRow(
                 container.name,
@@ -38,6 +38,13 @@ def list_servers() -> list[ServerRow]:
             )
         )
     return rows
+
+
+def _first_published_port(container) -> int | None:
+    for bindings in (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).values():
+        if bindings:
+            return int(bindings[0]["HostPort"])
+    return None
 
 
 def _kit_container(name: str):

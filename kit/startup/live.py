@@ -63,6 +63,15 @@ class LiveView:
         self._live: Live | None = None
         self._last_stage: str | None = None
         self._last_json_sample = 0.0
+        # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
+        self._shown: set[tuple[str, str]] = set()
+
+    def _first_time(self, event) -> bool:
+        key = (event.rank_label, event.milestone.value)
+        if key in self._shown:
+            return False
+        self._shown.add(key)
+        return True
 
     def __enter__(self) -> LiveView:
         if self.tty:
@@ -94,7 +103,7 @@ class LiveView:
 
     def _plain(self, progress: Progress) -> None:
         for event in progress.events:
-            if event.milestone is not None:
+            if event.milestone is not None and self._first_time(event):
                 self.console.print(
                     f"{progress.elapsed:7.1f} s  {event.rank_label:8} {event.milestone.value}",
                     markup=False,
@@ -107,7 +116,7 @@ class LiveView:
 
     def _json(self, progress: Progress) -> None:
         for event in progress.events:
-            if event.milestone is not None:
+            if event.milestone is not None and self._first_time(event):
                 emit_json(
                     {
                         "type": "milestone",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import runpy
 import subprocess
 import sys
 
@@ -27,23 +28,8 @@ CPU = load_manifest("sglang-0.5.23-cpu", IMAGES)
 CU130 = load_manifest("sglang-0.5.23-cu130-sm120", IMAGES)
 CU129 = load_manifest("sglang-0.5.10.post1-cu129-sm120", IMAGES)
 
-NO_DISTS = dict.fromkeys(
-    [
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "sglang",
-        "sglang-kernel",
-        "sgl-kernel",
-        "flashinfer-python",
-        "flashinfer-cubin",
-        "flashinfer-jit-cache",
-        "nvidia-nccl-cu12",
-        "nvidia-nccl-cu13",
-        "triton",
-        "transformers",
-    ]
-)
+# The distributions the in-image probe reports on, read from the probe itself (one list, not two).
+NO_DISTS = dict.fromkeys(runpy.run_path(str(PROBE))["DISTRIBUTIONS"])
 
 # What the probe printed inside kit/sglang:sglang-0.5.23-cpu (trimmed to what compare reads).
 CPU_REPORT = {
