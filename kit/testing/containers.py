@@ -43,14 +43,19 @@ class KitStartupWaitStrategy(WaitStrategy):
 
     def wait_until_ready(self, container: WaitStrategyTarget) -> None:
         wrapped = container.get_wrapped_container()
-        port = container.get_exposed_port(self.spec.port)
-        base_url = f"http://{container.get_container_host_ip()}:{port}"
+        base_url = server_url(wrapped, self.spec)
         session = wrapped.labels.get(LABEL_SESSION, runtime.new_session_id())
         self.result = follow_container(
             wrapped, self.spec, self.limits, base_url=base_url, session=session, first_token=False
         )
         if self.expect_ready and self.result.verdict != "ready":
             raise KitStartupFailed(self.result)
+
+
+def server_url(wrapped, spec: LaunchSpec) -> str:
+    """The server's URL on 127.0.0.1, where the kit publishes it. Not testcontainers' host name:
+    'localhost' can resolve to ::1 first, where nothing listens."""
+    return f"http://127.0.0.1:{runtime.published_port(wrapped, spec.port)}"
 
 
 def kit_container(spec: LaunchSpec, *, session: str, fault: str | None = None) -> DockerContainer:

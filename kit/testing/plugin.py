@@ -19,6 +19,7 @@ testcontainers' Ryuk reaper (an image that needs a registry) is not needed and i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -138,13 +139,23 @@ def _start(config: pytest.Config, spec, limits, *, fault: str | None, expect_rea
     return container, strategy.result
 
 
+def _stop(container) -> None:
+    """Remove a container; one already gone (removed by hand, `kit down --all`) is not an error."""
+    from docker.errors import NotFound
+
+    with contextlib.suppress(NotFound):
+        container.stop()
+
+
 @pytest.fixture(scope="session")
 def kit_server(request: pytest.FixtureRequest):
     """The target's server, started once per target for the whole session."""
     config = request.config
     spec, limits = _resolve(config, getattr(request, "param", None))
     container, result = _start(config, spec, limits, fault=None, expect_ready=True)
-    url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(spec.port)}"
+    from kit.testing.containers import server_url
+
+    url = server_url(container.get_wrapped_container(), spec)
     server = KitServer(spec, limits, container, result, url)
     server.record("startup_s", result.startup_s)
     for span in result.timeline:
@@ -153,7 +164,7 @@ def kit_server(request: pytest.FixtureRequest):
             server.measurements[key] = max(server.measurements.get(key, 0.0), span.elapsed_s)
     yield server
     if not config.getoption("--kit-keep"):
-        container.stop()
+        _stop(container)
 
 
 @pytest.fixture
@@ -167,7 +178,7 @@ def kit_launch(request: pytest.FixtureRequest):
         container, result = _start(config, spec, limits, fault=fault, expect_ready=expect_ready)
         runs.append(result)
         if not config.getoption("--kit-keep"):
-            container.stop()
+            _stop(container)
         return result, limits
 
     launch.runs = runs  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
@@ -30,13 +30,6 @@ def _rehearsal_image():
     spec = resolve("tiny")
     if not image_exists(spec.image_ref):
         pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
-    yield
-    for container in client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"}):
-        container.remove(force=True)
-
-
-def servers() -> list:
-    return client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"})
 
 
 class EngineProxy:
@@ -88,7 +81,7 @@ class EngineProxy:
                 pass
 
 
-def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback():
+def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback(new_servers):
     proxy = EngineProxy()
     env = {**os.environ, "DOCKER_HOST": f"tcp://127.0.0.1:{proxy.port}"}
     proc = subprocess.Popen(
@@ -96,7 +89,7 @@ def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback
     )
     try:
         deadline = time.monotonic() + 120
-        while not servers():
+        while not new_servers():
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.5)
         time.sleep(3)
@@ -111,12 +104,12 @@ def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback
     error_lines = [line for line in stderr.splitlines() if line.startswith("kit: error:")]
     assert len(error_lines) == 1, stderr
     assert "the Docker engine stopped answering" in error_lines[0]
-    name = servers()[0].name  # the engine never really left: the container is there to be named
+    name = new_servers()[0].name  # the engine never really left: the container is there to be named
     assert name in error_lines[0]
     assert "kit down --all" in error_lines[0]
 
 
-def test_a_kept_container_can_be_watched_listed_logged_and_brought_down():
+def test_a_kept_container_can_be_watched_listed_logged_and_brought_down(new_servers):
     up = subprocess.run(
         [*KIT, "up", "tiny", "--keep", "--fault", "hang-init:rank=1", "--json"],
         capture_output=True,
@@ -146,7 +139,7 @@ def test_a_kept_container_can_be_watched_listed_logged_and_brought_down():
 
     down = subprocess.run([*KIT, "down", name], capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and f"removed {name}" in down.stdout
-    assert not servers()
+    assert not new_servers()
 
 
 def test_down_with_nothing_named_is_one_line_exit_2():
@@ -156,7 +149,7 @@ def test_down_with_nothing_named_is_one_line_exit_2():
     assert proc.stderr.count("\n") == 1
 
 
-def test_kit_smoke_prints_a_passing_table_for_tiny():
+def test_kit_smoke_prints_a_passing_table_for_tiny(new_servers):
     proc = subprocess.run(
         [*KIT, "smoke", "tiny", "--no-faults", "--json"], capture_output=True, text=True, timeout=400
     )
@@ -171,4 +164,4 @@ def test_kit_smoke_prints_a_passing_table_for_tiny():
         "greedy answers repeat",
     ]
     assert all(c["ok"] for c in report["checks"])
-    assert not servers()
+    assert not new_servers()

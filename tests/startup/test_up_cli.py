@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
@@ -30,10 +30,6 @@ def _rehearsal_image():
         pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
 
 
-def kit_containers() -> list:
-    return client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"})
-
-
 def run_up(*args: str, timeout: float = 400) -> tuple[int, dict, list[dict], str]:
     proc = subprocess.run(
         [*KIT, "up", "tiny", "--json", *args], capture_output=True, text=True, timeout=timeout
@@ -44,7 +40,7 @@ def run_up(*args: str, timeout: float = 400) -> tuple[int, dict, list[dict], str
     return proc.returncode, results[-1], lines, proc.stderr
 
 
-def test_up_tiny_is_ready_with_startup_and_first_token_times_and_leaves_nothing():
+def test_up_tiny_is_ready_with_startup_and_first_token_times_and_leaves_nothing(new_servers):
     code, result, lines, _ = run_up()
     assert code == 0, result
     assert result["verdict"] == "ready"
@@ -59,19 +55,19 @@ def test_up_tiny_is_ready_with_startup_and_first_token_times_and_leaves_nothing(
         ("TP0", "init.end"),
         ("TP1", "init.end"),
     } <= milestones
-    assert not kit_containers()
+    assert not new_servers()
 
 
-def test_up_tiny_human_output_says_ready_with_times():
+def test_up_tiny_human_output_says_ready_with_times(new_servers):
     proc = subprocess.run([*KIT, "up", "tiny"], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "READY tiny after" in proc.stdout
     assert "first token" in proc.stdout
     assert "removed container kit-tiny-" in proc.stdout
-    assert not kit_containers()
+    assert not new_servers()
 
 
-def test_planted_init_hang_is_named_within_the_stall_window_with_stacks():
+def test_planted_init_hang_is_named_within_the_stall_window_with_stacks(new_servers):
     code, result, _, _ = run_up("--fault", "hang-init:rank=1")
     window = resolve("tiny").timing.stall_windows["init"]
     assert code == 4, result
@@ -89,19 +85,19 @@ def test_planted_init_hang_is_named_within_the_stall_window_with_stacks():
     assert (folder / "stacks" / "TP0.txt").read_text().count("_create_c10d_store") == 1
     assert "Init parallel begin" in (folder / "server.log").read_text()
     assert result["container_removed"] is True
-    assert not kit_containers()
+    assert not new_servers()
 
 
-def test_planted_crash_in_load_is_crashed_in_load_with_the_exception():
+def test_planted_crash_in_load_is_crashed_in_load_with_the_exception(new_servers):
     code, result, _, _ = run_up("--fault", "crash-load:rank=1")
     assert code == 1, result
     assert result["verdict"] == "crashed"
     assert result["phase"] == "load"
     assert "kit fault crash-load: rank 1 failed while loading weights" in result["exception"]
-    assert not kit_containers()
+    assert not new_servers()
 
 
-def test_a_slow_but_alive_load_is_never_called_hung():
+def test_a_slow_but_alive_load_is_never_called_hung(new_servers):
     load_window = resolve("tiny").timing.stall_windows["load"]
     seconds = int(load_window * 1.5)  # longer than the window: only activity keeps it alive
     code, result, _, _ = run_up("--fault", f"slow-load:seconds={seconds}", timeout=600)
@@ -109,17 +105,17 @@ def test_a_slow_but_alive_load_is_never_called_hung():
     assert result["verdict"] == "ready"
     load = [s for s in result["timeline"] if s["phase"] == "load" and s["rank"] == "TP0"]
     assert load and load[0]["elapsed_s"] >= seconds
-    assert not kit_containers()
+    assert not new_servers()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_interrupting_kit_up_removes_the_container(sig):
+def test_interrupting_kit_up_removes_the_container(sig, new_servers):
     proc = subprocess.Popen(
         [*KIT, "up", "tiny", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 120
     try:
-        while not kit_containers():
+        while not new_servers():
             assert time.monotonic() < deadline, "the container never started"
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.5)
@@ -134,7 +130,7 @@ def test_interrupting_kit_up_removes_the_container(sig):
     assert results and results[-1]["verdict"] == "interrupted"
     assert results[-1]["container_removed"] is True
     assert "Traceback" not in stderr
-    assert not kit_containers()
+    assert not new_servers()
 
 
 def test_unknown_target_is_one_line_and_exit_2():
