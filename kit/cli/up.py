@@ -31,7 +31,8 @@ def _print_result(result, out) -> None:
     if result.timeline:
         phases: dict[str, float] = {}
         for span in result.timeline:
-            phases[span.phase] = max(phases.get(span.phase, 0.0), span.elapsed_s)
+            if span.phase != "serving":  # start-up phases only
+                phases[span.phase] = max(phases.get(span.phase, 0.0), span.elapsed_s)
         out.print(
             "  phases: " + ", ".join(f"{p} {s:.1f} s" for p, s in phases.items()),
             markup=False,

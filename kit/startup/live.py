@@ -31,9 +31,10 @@ def status_line(progress: Progress) -> str:
     sample = progress.sample
     cpu = "-" if sample is None or sample.cpu_seconds is None else f"{sample.cpu_seconds:.1f} s"
     read = "-" if sample is None else _mb(sample.read_bytes)
+    window = "-" if progress.stall_window is None else f"{progress.stall_window:.0f} s"
     return (
         f"{progress.container}  {progress.elapsed:5.1f} s  stage {progress.tracker.stage}  "
-        f"quiet {progress.quiet_for:4.1f} s / window {progress.stall_window:.0f} s  cpu {cpu}  read {read}"
+        f"quiet {progress.quiet_for:4.1f} s / window {window}  cpu {cpu}  read {read}"
     )
 
 

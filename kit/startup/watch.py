@@ -37,8 +37,10 @@ class Progress:
         return max(0.0, self.now - self.tracker.last_activity_at)
 
     @property
-    def stall_window(self) -> float:
-        return self.tracker.limits.stall_window_s.of(self.tracker.stage)
+    def stall_window(self) -> float | None:
+        """The current stage's stall window; None once serving (no start-up limit applies)."""
+        stage = self.tracker.stage
+        return None if stage == "serving" else self.tracker.limits.stall_window_s.of(stage)
 
 
 class Watcher:

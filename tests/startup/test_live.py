@@ -1,0 +1,70 @@
+"""The live view draws every stage, serving included, on a terminal, in plain logs and as JSON lines."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+
+from rich.console import Console
+
+from kit.logs import PhaseLimits, Tracker, parse_text
+from kit.startup.live import LiveView, status_line
+from kit.startup.watch import Progress
+
+LOG = """\
+[2026-12-02 14:09:01 TP0] Init parallel begin.
+[2026-12-02 14:09:01 TP1] Init parallel begin.
+[2026-12-02 14:09:02 TP0] Init parallel ends. elapsed=0.30 s
+[2026-12-02 14:09:02 TP1] Init parallel ends. elapsed=0.37 s
+[2026-12-02 14:09:03 TP0] Load weight begin. avail mem=21.30 GB
+[2026-12-02 14:09:03 TP1] Load weight begin. avail mem=21.30 GB
+[2026-12-02 14:09:03 TP0] Load weight end. elapsed=0.02 s, type=Qwen2ForCausalLM, avail mem=21.29 GB.
+[2026-12-02 14:09:03 TP1] Load weight end. elapsed=0.02 s, type=Qwen2ForCausalLM, avail mem=21.29 GB.
+[2026-12-02 14:09:04 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 65536, K size: 0.00 GB
+[2026-12-02 14:09:04 TP0] Memory pool end. avail mem=21.15 GB
+[2026-12-02 14:09:04 TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 65536, K size: 0.00 GB
+[2026-12-02 14:09:04] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)
+[2026-12-02 14:09:20] The server is fired up and ready to roll!
+"""
+
+
+def progress_steps() -> list[Progress]:
+    """One Progress per event, the way the watcher hands them over."""
+    tracker = Tracker.start(PhaseLimits(expected_ranks=2), 0.0)
+    steps = []
+    for i, event in enumerate(parse_text(LOG), start=1):
+        tracker = tracker.observe_event(event, float(i))
+        steps.append(Progress(tracker, float(i) + 0.5, (event,), None, "kit-tiny-test"))
+    return steps
+
+
+def test_every_stage_including_serving_draws_on_a_terminal():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    with LiveView(console, title="kit up tiny") as view:
+        for step in progress_steps():
+            view.update(step)
+    assert progress_steps()[-1].tracker.stage == "serving"
+    assert "window -" in status_line(progress_steps()[-1])
+
+
+def test_plain_output_shows_each_ranks_milestone_once_and_each_stage_change():
+    out = io.StringIO()
+    with LiveView(Console(file=out, force_terminal=False, width=120), title="kit up tiny") as view:
+        for step in progress_steps():
+            view.update(step)
+    text = out.getvalue()
+    assert text.count("TP0      kv.ready") == 1  # two lines (KV cache, memory pool), shown once
+    for stage in ("init", "load", "memory", "capture", "warmup", "serving"):
+        assert f"stage {stage}" in text
+
+
+def test_json_lines_are_one_object_per_line():
+    buffer = io.StringIO()
+    with redirect_stdout(buffer), LiveView(Console(file=io.StringIO()), title="t", as_json=True) as view:
+        for step in progress_steps():
+            view.update(step)
+    objects = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    assert objects and all(o["type"] == "milestone" for o in objects)
+    assert {(o["rank"], o["milestone"]) for o in objects} >= {("TP0", "init.begin"), ("main", "ready")}
