@@ -48,6 +48,25 @@ def _print_result(result, out) -> None:
         )
 
 
+def _limits(spec, deadline: tuple[str, ...], stall: tuple[str, ...]):
+    from kit.startup import limits_from_spec, parse_limit_overrides
+
+    return limits_from_spec(
+        spec,
+        deadlines=parse_limit_overrides(deadline, "--deadline"),
+        stall_windows=parse_limit_overrides(stall, "--stall"),
+    )
+
+
+def _finish(result, as_json: bool) -> None:
+    """The result as a last JSON line or the verdict paragraph; the verdict's exit code."""
+    if as_json:
+        emit_json({"type": "result", **jsonable(result)})
+    else:
+        _print_result(result, console())
+    raise SystemExit(result.exit_code)
+
+
 def _limit_options(func):
     func = click.option(
         "--stall",
@@ -77,15 +96,11 @@ def up(target, image, overrides, fault, keep, no_first_token, as_json, deadline,
     afterwards unless --keep.
     """
     from kit.launch import resolve
-    from kit.startup import limits_from_spec, parse_limit_overrides, run_up
+    from kit.startup import run_up
     from kit.startup.live import LiveView
 
     spec = resolve(target, image=image, overrides=overrides)
-    limits = limits_from_spec(
-        spec,
-        deadlines=parse_limit_overrides(deadline, "--deadline"),
-        stall_windows=parse_limit_overrides(stall, "--stall"),
-    )
+    limits = _limits(spec, deadline, stall)
     _sigterm_as_interrupt()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")
     with LiveView(console(), title=title, as_json=as_json) as view:
@@ -98,11 +113,7 @@ def up(target, image, overrides, fault, keep, no_first_token, as_json, deadline,
             on_start=lambda s: view.started(s.name, s.url),
             first_token=not no_first_token,
         )
-    if as_json:
-        emit_json({"type": "result", **jsonable(result)})
-    else:
-        _print_result(result, console())
-    raise SystemExit(result.exit_code)
+    _finish(result, as_json)
 
 
 @cli.command()
@@ -118,7 +129,7 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
     from kit.launch import resolve
     from kit.runtime.engine import LABEL_IMAGE, LABEL_TARGET
     from kit.runtime.server import attach
-    from kit.startup import limits_from_spec, parse_limit_overrides, run_watch
+    from kit.startup import run_watch
     from kit.startup.live import LiveView
 
     labels = attach(container).labels
@@ -126,19 +137,11 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
     if not target:
         raise InputError("--target", f"container {container} has no {LABEL_TARGET} label", "pass --target")
     spec = resolve(target, image=image or labels.get(LABEL_IMAGE))
-    limits = limits_from_spec(
-        spec,
-        deadlines=parse_limit_overrides(deadline, "--deadline"),
-        stall_windows=parse_limit_overrides(stall, "--stall"),
-    )
+    limits = _limits(spec, deadline, stall)
     _sigterm_as_interrupt()
     with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
         result = run_watch(container, spec, limits, on_progress=view.update, first_token=first_token)
-    if as_json:
-        emit_json({"type": "result", **jsonable(result)})
-    else:
-        _print_result(result, console())
-    raise SystemExit(result.exit_code)
+    _finish(result, as_json)
 
 
 @cli.command()
