@@ -25,37 +25,25 @@ def test_fault_specs_parse_kind_and_parameters():
     assert faults.parse_fault("hang-collective:rank=0,x=y") == ("hang-collective", {"rank": "0", "x": "y"})
 
 
+# Loads the switch in a fresh interpreter (it arms itself at import) and prints what it armed.
+ARMED = (
+    "import importlib.util, sys\n"
+    f"spec = importlib.util.spec_from_file_location('kit_faults', {str(FAULTS)!r})\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "print([f.module_name for f in sys.meta_path if type(f).__name__ == '_PatchOnImport'])\n"
+)
+
+
+def load_in_fresh_interpreter(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ARMED], capture_output=True, text=True, env=env, check=True)
+
+
 def test_without_kit_fault_nothing_is_patched():
-    code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('kit_faults', {str(FAULTS)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "print(any(type(f).__name__ == '_PatchOnImport' for f in sys.meta_path))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={}, check=True)
-    assert out.stdout.strip() == "False"
+    assert load_in_fresh_interpreter({}).stdout.strip() == "[]"
 
 
 def test_an_armed_fault_waits_for_its_module_and_an_unknown_one_says_so():
-    code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('kit_faults', {str(FAULTS)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "print([f.module_name for f in sys.meta_path if type(f).__name__ == '_PatchOnImport'])\n"
-    )
-    armed = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"KIT_FAULT": "crash-load:rank=1"},
-        check=True,
-    )
+    armed = load_in_fresh_interpreter({"KIT_FAULT": "crash-load:rank=1"})
     assert armed.stdout.strip() == "['safetensors']"
-    unknown = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"KIT_FAULT": "melt-gpu"},
-        check=True,
-    )
+    unknown = load_in_fresh_interpreter({"KIT_FAULT": "melt-gpu"})
     assert "unknown KIT_FAULT 'melt-gpu'" in unknown.stderr
