@@ -148,6 +148,7 @@ def resolve_full(
         timing=Timing(
             deadlines=profile.timing.deadlines.model_dump(),
             stall_windows=profile.timing.stall_windows.model_dump(),
+            cpu_progress_in=profile.timing.cpu_progress_in,
         ),
         notes=tuple(notes),
     )

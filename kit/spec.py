@@ -25,6 +25,8 @@ class Timing(BaseModel):
     """Keys: init, load, memory, capture, warmup, first_token."""
     stall_windows: dict[str, float]
     """Keys: init, load, memory, capture, warmup. No log line and no activity for this long = HUNG."""
+    cpu_progress_in: tuple[str, ...] = ("launch",)
+    """Stages where CPU time counts as activity (elsewhere a spinning collective would look busy)."""
 
 
 class LaunchSpec(BaseModel):

@@ -128,9 +128,16 @@ class StallWindows(_Strict):
     warmup: Seconds
 
 
+Stage = Literal["launch", "init", "load", "memory", "capture", "warmup"]
+
+
 class Timing(_Strict):
     deadlines: Deadlines
     stall_windows: StallWindows
+    cpu_progress_in: tuple[Stage, ...] = ("launch",)
+    """Stages where CPU time counts as progress. Elsewhere only log output, disk reads, network bytes
+    and GPU memory growth do: a hung collective spins a core per rank (kit/logs/activity.py)."""
+    cpu_progress_why: str = "imports and argument checks before the first milestone are CPU work"
 
     @model_validator(mode="after")
     def _window_inside_deadline(self) -> Timing:

@@ -23,6 +23,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kit.errors import ExitCode
+from kit.logs.activity import ActivitySample, what_moved
 from kit.logs.events import (
     MILESTONE_ORDER,
     PHASE_ORDER,
@@ -36,16 +37,6 @@ from kit.logs.events import (
 )
 
 # -- inputs and configuration ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ActivitySample:
-    """Container-wide cumulative counters at monotonic time `t`; None where not measurable."""
-
-    t: float
-    cpu_seconds: float | None = None
-    read_bytes: int | None = None
-    gpu_mem_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +65,8 @@ class PhaseLimits:
 
     Stall windows are short in init (NCCL set-up takes seconds; a quiet minute means a peer is
     missing or a collective hangs) and long in load (a large checkpoint on slow storage).
-    CPU time is no proof of progress in `cpu_ignored_in` stages: a hung NCCL collective
-    busy-waits (CUDA's default spin synchronisation), so in init only log lines, disk reads and
-    GPU memory growth reset the window.
+    Log lines, disk reads, network bytes received and GPU memory growth reset the window in every
+    stage; CPU time only in `cpu_counts_in` (kit/logs/activity.py says why).
     """
 
     deadline_s: StageSeconds = StageSeconds(
@@ -88,8 +78,9 @@ class PhaseLimits:
     expected_ranks: int | None = None
     cpu_busy_cores: float = 0.25  # CPU seconds per second that count as "computing"
     min_read_bytes: int = 1 << 20  # per sample
+    min_net_bytes: int = 1 << 20  # per sample
     min_gpu_mem_bytes: int = 16 << 20  # per sample
-    cpu_ignored_in: frozenset[str] = frozenset({"init"})
+    cpu_counts_in: frozenset[str] = frozenset({"launch"})
     crash_grace_s: float = 10.0  # a non-fatal error with no progress for this long is a crash
     evidence_lines: int = 6  # last lines kept per rank and overall
 
@@ -309,16 +300,18 @@ class Tracker:
 
     def _grew(self, before: ActivitySample, after: ActivitySample) -> bool:
         limits = self.limits
-        dt = after.t - before.t
-        if dt <= 0:
-            return False
-        if _delta(before.read_bytes, after.read_bytes) >= limits.min_read_bytes:
-            return True
-        if _delta(before.gpu_mem_bytes, after.gpu_mem_bytes) >= limits.min_gpu_mem_bytes:
-            return True
-        if self.stage not in limits.cpu_ignored_in:
-            return _delta(before.cpu_seconds, after.cpu_seconds) / dt >= limits.cpu_busy_cores
-        return False
+        return (
+            what_moved(
+                before,
+                after,
+                cpu_counts=self.stage in limits.cpu_counts_in,
+                cpu_busy_cores=limits.cpu_busy_cores,
+                min_read_bytes=limits.min_read_bytes,
+                min_net_bytes=limits.min_net_bytes,
+                min_gpu_mem_bytes=limits.min_gpu_mem_bytes,
+            )
+            is not None
+        )
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -461,12 +454,6 @@ class Tracker:
             exception=exception,
             rank=event.rank_label,
         )
-
-
-def _delta(before: float | None, after: float | None) -> float:
-    if before is None or after is None or after < before:  # unknown, or the counter was reset
-        return 0.0
-    return after - before
 
 
 def _advance(

@@ -56,4 +56,5 @@ def limits_from_spec(
         deadline_s=_seconds(timing.deadlines, deadlines or {}, {"launch": _LAUNCH_DEADLINE_S}),
         stall_window_s=_seconds(timing.stall_windows, stall_windows or {}, stall_fallback),
         expected_ranks=spec.ranks,
+        cpu_counts_in=frozenset(timing.cpu_progress_in),
     )

@@ -74,10 +74,36 @@ def test_a_slow_load_that_keeps_reading_is_never_hung():
     assert t - 6 > limits.stall_window_s.load
 
 
-def test_a_slow_load_that_only_computes_is_not_hung_either():
-    tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0))
+def test_a_slow_load_that_only_computes_is_not_hung_where_the_profile_counts_cpu_in_load():
+    limits = PhaseLimits(cpu_counts_in=frozenset({"launch", "load"}))  # the CPU rehearsal's choice
+    tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0), limits=limits)
     tracker = samples(tracker, 0, 1500, 10, cpu=1.0)  # one core busy (decompressing, converting)
     assert tracker.verdict(1500) is None
+
+
+def test_a_spinning_load_is_hung_where_cpu_is_no_proof():
+    """The GPU default: after launch a busy core is a spinning collective, not a load."""
+    tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0))
+    window = tracker.limits.stall_window_s.load
+    tracker = samples(tracker, 0, window + 20, 10, cpu=4.0)
+    assert isinstance(tracker.verdict(window + 20), Hung)
+
+
+def test_network_bytes_received_count_as_progress():
+    tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0))
+    t = 0.0
+    while t < 3000:
+        tracker = tracker.observe_sample(ActivitySample(t=t, net_rx_bytes=int(t * 50e6)))
+        t += 10
+    assert tracker.verdict(t) is None
+
+
+def test_gpu_utilisation_is_never_progress():
+    tracker = started((ev(Milestone.INIT_END, 0), 0), (ev(Milestone.LOAD_BEGIN, 0), 0))
+    window = tracker.limits.stall_window_s.load
+    for t in range(0, int(window) + 30, 10):
+        tracker = tracker.observe_sample(ActivitySample(t=t, gpu_mem_bytes=GiB, gpu_util=(100, 100)))
+    assert isinstance(tracker.verdict(window + 30), Hung)
 
 
 def test_a_quiet_load_is_hung_after_its_window():
@@ -138,13 +164,14 @@ def test_gpu_memory_growth_counts_as_progress_in_init():
 
 
 def test_cpu_counts_in_init_when_configured():
-    limits = PhaseLimits(cpu_ignored_in=frozenset())
+    limits = PhaseLimits(cpu_counts_in=frozenset({"init"}))
     tracker = samples(started((ev(Milestone.INIT_BEGIN, 0), 0), limits=limits), 0, 600, 10, cpu=1.0)
     assert tracker.verdict(600) is None
 
 
 def test_idle_cpu_below_the_threshold_is_no_activity():
-    tracker = samples(started((ev(Milestone.LOAD_BEGIN, 0), 0)), 0, 700, 10, cpu=0.01)
+    limits = PhaseLimits(cpu_counts_in=frozenset({"load"}))
+    tracker = samples(started((ev(Milestone.LOAD_BEGIN, 0), 0), limits=limits), 0, 700, 10, cpu=0.01)
     assert isinstance(tracker.verdict(700), Hung)
 
 
