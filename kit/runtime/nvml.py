@@ -1,0 +1,295 @@
+"""NVIDIA GPUs through NVML (nvidia-ml-py, imported as `pynvml`): what the host has, and what one
+container's processes use of it. The only module that calls NVML.
+
+    gpus = open_nvml()                 # None where no driver answers (with the reason: nvml_missing())
+    gpus.inventory()                   # driver, CUDA driver, devices (name, UUID, capability, memory)
+    gpus.usage(pids)                   # per device: memory those processes hold, utilisation
+    gpus.p2p_matrix(), gpus.topology() # for doctor and fingerprints
+
+`lib` is the pynvml module or anything with the same functions: `kit.scenarios.fake_nvml.FakeNvml`
+answers like a GPU host, so the code below runs unchanged in tests and replayed scenarios.
+
+NVML reports host PIDs; a container's processes are matched by the host PIDs the engine reports for
+it (`docker top`). Where NVML cannot say how much one process holds (some vGPU/WSL setups give no
+per-process figure), the device's whole used memory stands in, and the reading says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# pynvml spells a few of these as 1-tuples (NVML_P2P_CAPS_INDEX_READ = (0,)); the C values are plain.
+_P2P_READ, _P2P_WRITE = 0, 1
+_P2P_STATUS = {
+    0: "OK",
+    1: "chipset not supported",
+    2: "GPU not supported",
+    3: "IOH topology not supported",
+    4: "disabled by regkey",
+    5: "not supported",
+    6: "unknown",
+}
+# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
+_TOPOLOGY = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    name: str
+    uuid: str
+    compute_capability: str  # "12.0"
+    memory_total_bytes: int
+    pci_bus_id: str | None = None
+    nvlinks: int = 0  # active NVLink links (0 on PCIe-only cards such as the RTX PRO 6000)
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The host's GPUs as NVML sees them; `error` says why there are none when NVML is unusable."""
+
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # the newest CUDA the driver supports, "13.0"
+    devices: tuple[GpuDevice, ...] = ()
+    error: str | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One device at one moment, as far as one container is concerned."""
+
+    index: int
+    memory_used_bytes: int  # held by the container's processes (or the whole device, see below)
+    utilization_pct: int | None
+    processes: int  # the container's processes on this device
+    whole_device: bool = False  # NVML gave no per-process figure; memory_used_bytes is the device's
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    readings: tuple[GpuReading, ...] = field(default_factory=tuple)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(r.memory_used_bytes for r in self.readings)
+
+    @property
+    def utilization(self) -> tuple[int | None, ...]:
+        return tuple(r.utilization_pct for r in self.readings)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _cuda_version(value: int) -> str:
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+class NvmlGpus:
+    """Reads through `lib` (pynvml or a fake with the same functions); open with `open_nvml()`."""
+
+    def __init__(self, lib: Any):
+        self.lib = lib
+        self._handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+
+    def close(self) -> None:
+        with contextlib.suppress(self.lib.NVMLError):
+            self.lib.nvmlShutdown()
+
+    def _try(self, call, *args, default=None):
+        try:
+            return call(*args)
+        except self.lib.NVMLError:
+            return default
+
+    def _nvlinks(self, handle) -> int:
+        active = 0
+        for link in range(int(getattr(self.lib, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                state = self.lib.nvmlDeviceGetNvLinkState(handle, link)
+            except self.lib.NVMLError:
+                break  # NotSupported on PCIe-only cards; InvalidArgument past the last link
+            active += int(state == getattr(self.lib, "NVML_FEATURE_ENABLED", 1))
+        return active
+
+    def inventory(self) -> GpuInventory:
+        lib = self.lib
+        devices = []
+        for index, handle in enumerate(self._handles):
+            major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
+            pci = self._try(lib.nvmlDeviceGetPciInfo, handle)
+            devices.append(
+                GpuDevice(
+                    index=index,
+                    name=_text(lib.nvmlDeviceGetName(handle)),
+                    uuid=_text(lib.nvmlDeviceGetUUID(handle)),
+                    compute_capability=f"{major}.{minor}",
+                    memory_total_bytes=int(lib.nvmlDeviceGetMemoryInfo(handle).total),
+                    pci_bus_id=_text(pci.busId) if pci is not None else None,
+                    nvlinks=self._nvlinks(handle),
+                )
+            )
+        cuda = self._try(lib.nvmlSystemGetCudaDriverVersion)
+        return GpuInventory(
+            driver_version=_text(self._try(lib.nvmlSystemGetDriverVersion, default="")) or None,
+            cuda_driver_version=None if cuda is None else _cuda_version(int(cuda)),
+            devices=tuple(devices),
+        )
+
+    def _device_used(self, handle) -> int:
+        return int(self.lib.nvmlDeviceGetMemoryInfo(handle).used)
+
+    def _processes(self, handle) -> list[Any]:
+        found = []
+        for call in (
+            self.lib.nvmlDeviceGetComputeRunningProcesses,
+            self.lib.nvmlDeviceGetGraphicsRunningProcesses,
+        ):
+            found.extend(self._try(call, handle, default=[]) or [])
+        return found
+
+    def usage(self, pids: Iterable[int]) -> GpuUsage:
+        """Memory and utilisation of the devices these host PIDs use (devices they do not use: absent)."""
+        wanted = set(pids)
+        readings = []
+        for index, handle in enumerate(self._handles):
+            mine = [p for p in self._processes(handle) if p.pid in wanted]
+            if not mine:
+                continue
+            known = [p.usedGpuMemory for p in mine if p.usedGpuMemory is not None]
+            whole = len(known) < len(mine)
+            used = self._device_used(handle) if whole else int(sum(known))
+            rates = self._try(self.lib.nvmlDeviceGetUtilizationRates, handle)
+            readings.append(
+                GpuReading(
+                    index=index,
+                    memory_used_bytes=used,
+                    utilization_pct=None if rates is None else int(rates.gpu),
+                    processes=len(mine),
+                    whole_device=whole,
+                )
+            )
+        return GpuUsage(tuple(readings))
+
+    def device_usage(self) -> tuple[tuple[int, int, int | None, int], ...]:
+        """(index, memory used, utilisation %, processes) of every device, whoever uses it."""
+        rows = []
+        for index, handle in enumerate(self._handles):
+            rates = self._try(self.lib.nvmlDeviceGetUtilizationRates, handle)
+            rows.append(
+                (
+                    index,
+                    self._device_used(handle),
+                    None if rates is None else int(rates.gpu),
+                    len(self._processes(handle)),
+                )
+            )
+        return tuple(rows)
+
+    def p2p_matrix(self) -> dict[str, dict[str, str]]:
+        """P2P read/write status between every pair of devices, as NVML reports it ("OK", "not supported")."""
+        matrix: dict[str, dict[str, str]] = {}
+        for i, a in enumerate(self._handles):
+            for j, b in enumerate(self._handles):
+                if i == j:
+                    continue
+                row = matrix.setdefault(str(i), {})
+                read = self._try(self.lib.nvmlDeviceGetP2PStatus, a, b, _P2P_READ)
+                write = self._try(self.lib.nvmlDeviceGetP2PStatus, a, b, _P2P_WRITE)
+                row[str(j)] = (
+                    "OK"
+                    if read == 0 and write == 0
+                    else f"read {_P2P_STATUS.get(read, 'unknown')}, write {_P2P_STATUS.get(write, 'unknown')}"
+                )
+        return matrix
+
+    def topology(self) -> dict[str, dict[str, str]]:
+        """The path between every pair of devices in `nvidia-smi topo -m` words (PIX, PHB, NODE, SYS, NV#)."""
+        links = [self._nvlinks(h) for h in self._handles]
+        matrix: dict[str, dict[str, str]] = {}
+        for i, a in enumerate(self._handles):
+            for j, b in enumerate(self._handles):
+                if i == j:
+                    continue
+                level = self._try(self.lib.nvmlDeviceGetTopologyCommonAncestor, a, b)
+                word = _TOPOLOGY.get(level, "unknown") if level is not None else "unknown"
+                if links[i] and links[j]:
+                    word = f"NV{min(links[i], links[j])}"
+                matrix.setdefault(str(i), {})[str(j)] = word
+        return matrix
+
+
+@functools.cache
+def _pynvml() -> Any:
+    import pynvml
+
+    return pynvml
+
+
+def nvml_missing(lib: Any | None = None) -> str | None:
+    """Why NVML cannot be used here (no library, no driver, no device), or None when it can."""
+    try:
+        gpus = open_nvml(lib, strict=True)
+    except _Unavailable as exc:
+        return str(exc)
+    assert gpus is not None
+    gpus.close()
+    return None
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def open_nvml(lib: Any | None = None, *, strict: bool = False) -> NvmlGpus | None:
+    """NVML over `lib` (default: pynvml), or None where no driver or device answers.
+
+    strict=True raises instead, with the reason as the message (nvml_missing uses it).
+    """
+    try:
+        lib = lib or _pynvml()
+    except ImportError as exc:
+        if strict:
+            raise _Unavailable(f"nvidia-ml-py is not installed ({exc})") from exc
+        return None
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError as exc:
+        if strict:
+            raise _Unavailable(f"NVML is not available here ({type(exc).__name__})") from exc
+        return None
+    try:
+        gpus = NvmlGpus(lib)
+    except lib.NVMLError as exc:
+        lib.nvmlShutdown()
+        if strict:
+            raise _Unavailable(f"NVML could not list devices ({type(exc).__name__})") from exc
+        return None
+    if not gpus._handles:
+        gpus.close()
+        if strict:
+            raise _Unavailable("NVML sees 0 devices")
+        return None
+    return gpus
+
+
+def read_inventory(lib: Any | None = None) -> GpuInventory:
+    """The inventory, or an empty one whose `error` says why there is none. Never raises."""
+    try:
+        gpus = open_nvml(lib, strict=True)
+    except _Unavailable as exc:
+        return GpuInventory(error=str(exc))
+    assert gpus is not None
+    try:
+        return gpus.inventory()
+    finally:
+        gpus.close()
