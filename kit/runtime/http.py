@@ -19,8 +19,10 @@ class FirstToken:
     endpoint: str
     first_token_s: float
     total_s: float
-    text: str
+    text: str  # the answer's content (chat) or the generated text (/generate)
     chunks: int
+    first_in: str = "content"  # the field the first token came in: content, reasoning_content, text
+    reasoning: str = ""  # chat with a reasoning parser: the reasoning text
 
 
 def _timeout(seconds: float) -> httpx.Timeout:
@@ -32,9 +34,16 @@ def _fail(endpoint: str, exc: Exception) -> CheckFailed:
 
 
 def chat_first_token(
-    base_url: str, model: str, prompt: str = "Hello", *, max_tokens: int = 8, timeout_s: float = 60.0
+    base_url: str,
+    model: str,
+    prompt: str = "Hello",
+    *,
+    max_tokens: int = 8,
+    timeout_s: float = 60.0,
+    transport: httpx.BaseTransport | None = None,
 ) -> FirstToken:
-    """Stream /v1/chat/completions greedily; time to the first content delta."""
+    """Stream /v1/chat/completions greedily; time to the first token, in `content` or, with a
+    reasoning parser, in `reasoning_content` (a thinking model's first tokens are reasoning)."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -42,11 +51,16 @@ def chat_first_token(
         "temperature": 0,
         "stream": True,
     }
-    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta)
+    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta, transport)
 
 
 def generate_first_token(
-    base_url: str, prompt: str = "Hello", *, max_new_tokens: int = 8, timeout_s: float = 60.0
+    base_url: str,
+    prompt: str = "Hello",
+    *,
+    max_new_tokens: int = 8,
+    timeout_s: float = 60.0,
+    transport: httpx.BaseTransport | None = None,
 ) -> FirstToken:
     """Stream native /generate greedily; its `text` is cumulative."""
     body = {
@@ -54,27 +68,40 @@ def generate_first_token(
         "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
         "stream": True,
     }
-    return _stream("/generate", base_url, body, timeout_s, _generate_text)
+    return _stream("/generate", base_url, body, timeout_s, _generate_text, transport)
 
 
-def _chat_delta(payload: dict, so_far: str) -> str | None:
+# An extractor turns one streamed JSON chunk into {field: new text} (empty: no token in it).
+
+
+def _chat_delta(payload: dict) -> dict[str, str]:
+    """Content and, with a reasoning parser, reasoning deltas: both are tokens."""
     choices = payload.get("choices") or [{}]
-    content = (choices[0].get("delta") or {}).get("content")
-    return so_far + content if content else None
+    delta = choices[0].get("delta") or {}
+    return {key: delta[key] for key in ("reasoning_content", "content") if delta.get(key)}
 
 
-def _generate_text(payload: dict, so_far: str) -> str | None:
-    text = payload.get("text")
-    return text if text and text != so_far else None
+def _generate_text(payload: dict) -> dict[str, str]:
+    """/generate streams the whole text so far; the caller keeps the latest."""
+    return {"text": payload["text"]} if payload.get("text") else {}
 
 
-def _stream(endpoint: str, base_url: str, body: dict, timeout_s: float, extract) -> FirstToken:
+def _stream(
+    endpoint: str,
+    base_url: str,
+    body: dict,
+    timeout_s: float,
+    extract,
+    transport: httpx.BaseTransport | None = None,
+) -> FirstToken:
     started = time.monotonic()
     first: float | None = None
-    text, chunks = "", 0
+    first_in = ""
+    got: dict[str, str] = {}
+    chunks = 0
     try:
         with (
-            httpx.Client(timeout=_timeout(timeout_s)) as http,
+            httpx.Client(timeout=_timeout(timeout_s), transport=transport) as http,
             http.stream("POST", base_url + endpoint, json=body) as response,
         ):
             if response.status_code != 200:
@@ -87,18 +114,21 @@ def _stream(endpoint: str, base_url: str, body: dict, timeout_s: float, extract)
                 if data == "[DONE]":
                     break
                 chunks += 1
-                updated = extract(json.loads(data), text)
-                if updated is not None:
-                    text = updated
-                    if first is None:
-                        first = time.monotonic() - started
+                pieces = extract(json.loads(data))
+                if pieces and first is None:
+                    first, first_in = time.monotonic() - started, next(iter(pieces))
+                for key, piece in pieces.items():
+                    got[key] = piece if key == "text" else got.get(key, "") + piece
                 if time.monotonic() - started > timeout_s:
                     raise CheckFailed(f"{endpoint}: no end of stream within {timeout_s:.0f} s")
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         raise _fail(endpoint, exc) from exc
     if first is None:
         raise CheckFailed(f"{endpoint}: the stream ended without a token ({chunks} chunks)")
-    return FirstToken(endpoint, first, time.monotonic() - started, text, chunks)
+    text = got.get("text", got.get("content", ""))
+    return FirstToken(
+        endpoint, first, time.monotonic() - started, text, chunks, first_in, got.get("reasoning_content", "")
+    )
 
 
 def generate_text(base_url: str, prompt: str, *, max_new_tokens: int = 16, timeout_s: float = 60.0) -> str:

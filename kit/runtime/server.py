@@ -1,17 +1,13 @@
-"""A server container started from a LaunchSpec: start, follow its log, sample activity, exec, remove.
+"""A server container started from a LaunchSpec: start, attach, exec, read its log, remove.
 
-The only module that drives a running server through the docker SDK; callers get plain data
-(lines, ActivitySample, pids, stack text) and kit errors.
+With kit/runtime/docker_source.py (what the watcher reads from a container), the only code that
+drives a running server through the docker SDK; callers get plain data and kit errors.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import secrets
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import requests
@@ -19,7 +15,6 @@ from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
 from kit.errors import EnvironmentProblem, InputError, KitError
-from kit.logs import ActivitySample
 from kit.render.docker import run_kwargs
 from kit.runtime.engine import LABEL_MANAGED, LABEL_SESSION, client, image_exists, translated
 from kit.spec import LaunchSpec
@@ -94,91 +89,6 @@ def attach(name_or_id: str) -> Container:
             return client().containers.get(name_or_id)
         except NotFound as exc:
             raise InputError("CONTAINER", f"no container '{name_or_id}'", "see 'kit ps'") from exc
-
-
-class LogFollower:
-    """Follows a container's output in a thread; lines arrive in a queue with their arrival time."""
-
-    def __init__(self, container: Container, *, since_start: bool = True):
-        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
-        self.done = threading.Event()
-        self._container = container
-        self._since_start = since_start
-        self._thread = threading.Thread(target=self._run, name="kit-log-follower", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        pending = b""
-        try:
-            stream = self._container.logs(
-                stream=True, follow=True, stdout=True, stderr=True, tail="all" if self._since_start else 0
-            )
-            for chunk in stream:
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                now = time.monotonic()
-                for raw in complete:
-                    self.lines.put((now, raw.decode("utf-8", "replace").rstrip("\r")))
-        except (DockerException, requests.RequestException, OSError):
-            pass  # the container or the engine went away; the watcher notices through its state
-        finally:
-            if pending:
-                self.lines.put((time.monotonic(), pending.decode("utf-8", "replace")))
-            self.done.set()
-
-    def drain(self) -> Iterator[tuple[float, str]]:
-        while True:
-            try:
-                yield self.lines.get_nowait()
-            except queue.Empty:
-                return
-
-
-def _blkio_read_bytes(stats: dict) -> int | None:
-    entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
-    reads = [e.get("value", 0) for e in entries if str(e.get("op", "")).lower() == "read"]
-    return sum(reads) if entries else None
-
-
-def sample_activity(
-    container: Container, t: float, gpu_mem_bytes: int | None = None
-) -> ActivitySample | None:
-    """Container-wide CPU seconds and bytes read, from one stats snapshot (None if it is gone)."""
-    try:
-        stats = container.stats(stream=False, one_shot=True)
-    except (DockerException, requests.RequestException, ValueError):
-        return None
-    usage = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
-    return ActivitySample(
-        t=t,
-        cpu_seconds=None if usage is None else usage / 1e9,
-        read_bytes=_blkio_read_bytes(stats),
-        gpu_mem_bytes=gpu_mem_bytes,
-    )
-
-
-@dataclass(frozen=True)
-class ContainerState:
-    running: bool
-    exit_code: int | None
-    oom_killed: bool = False
-    gone: bool = False
-
-
-def container_state(container: Container) -> ContainerState:
-    """Running or not; raises EnvironmentProblem when the engine itself stopped answering."""
-    try:
-        container.reload()
-    except NotFound:
-        return ContainerState(False, None, gone=True)
-    except (DockerException, requests.RequestException) as exc:
-        raise EnvironmentProblem(
-            "the Docker engine stopped answering while watching the server",
-            hint=f"container {container.name} may still exist: 'kit down --all' once the engine is back",
-        ) from exc
-    state = container.attrs.get("State", {})
-    running = bool(state.get("Running"))
-    return ContainerState(running, None if running else state.get("ExitCode"), bool(state.get("OOMKilled")))
 
 
 def exec_text(container: Container, cmd: list[str], timeout_s: int = 30) -> tuple[int, str]:

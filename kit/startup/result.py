@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from kit.diagnose.stacks import HangExplanation, RankStack
 from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
 from kit.logs.causes import match_causes
+from kit.runtime.nvml import GpuInventory
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class StackRow:
 
 @dataclass(frozen=True)
 class CauseRow:
+    id: str
     title: str
     why: str
     what_to_try: tuple[str, ...]
@@ -53,6 +55,8 @@ class UpResult:
     startup_s: float | None = None
     first_token_s: float | None = None
     first_token_endpoint: str | None = None
+    first_token_in: str | None = None
+    """The delta field the first token arrived in: content, or reasoning_content (a thinking model)."""
     reply: str | None = None
     quiet_for_s: float | None = None
     limit_s: float | None = None
@@ -68,6 +72,8 @@ class UpResult:
     diagnostics: str | None = None
     container_removed: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    gpus: GpuInventory | None = None
+    """The host's GPUs as NVML saw them at the start (or why it could not look)."""
 
 
 def rank_rows(tracker: Tracker, now: float) -> tuple[RankRow, ...]:
@@ -118,13 +124,14 @@ def causes_for(
         ]
     )
     rows = [
-        CauseRow(m.cause.title, m.cause.why, m.cause.what_to_try)
+        CauseRow(m.cause.id, m.cause.title, m.cause.why, m.cause.what_to_try)
         for m in match_causes(outcome, tracker.phase, haystack, device=device)
     ]
     if any(s.kind.value == "planted-fault" for s in stacks.values()):
         rows.insert(
             0,
             CauseRow(
+                "planted-fault",
                 "a planted test fault (KIT_FAULT)",
                 "a rank's stack sits in the rehearsal image's test-only fault switch",
                 ("run without --fault",),

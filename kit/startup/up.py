@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from kit.errors import CheckFailed, ExitCode, KitError
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.output import jsonable
 from kit.runtime import server as runtime
+from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token
+from kit.runtime.nvml import GpuInventory, open_nvml, read_inventory
 from kit.spec import LaunchSpec
 from kit.startup.result import (
     UpResult,
@@ -29,18 +30,19 @@ from kit.startup.result import (
     stack_rows,
     verdict_name,
 )
+from kit.startup.source import Source
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
 
 
-def collect_stacks(container: Container) -> dict[str, RankStack]:
+def collect_stacks(source: Source) -> dict[str, RankStack]:
     """py-spy stacks of every scheduler process, keyed by rank label ('TP0', 'DP0 TP1')."""
     stacks: dict[str, RankStack] = {}
-    for pid, cmdline in sorted(runtime.list_processes(container).items()):
-        rank = rank_of_process(cmdline)
+    for proc in source.stacks(lambda title: rank_of_process(title) is not None):
+        rank = rank_of_process(proc.title)
         if rank is not None:
-            stacks[rank] = classify_stack(rank, runtime.dump_stack(container, pid), pid)
+            stacks[rank] = classify_stack(rank, proc.text, proc.pid)
     return stacks
 
 
@@ -51,12 +53,12 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 def write_diagnostics(
-    session: str, container: Container, stacks: dict[str, RankStack], result: UpResult, secrets: list[str]
+    session: str, log_text: str, stacks: dict[str, RankStack], result: UpResult, secrets: list[str]
 ) -> Path:
     """Full log, stacks and the result as JSON, with any secret values masked."""
     folder = paths.cache_dir() / "runs" / session
     (folder / "stacks").mkdir(parents=True, exist_ok=True)
-    (folder / "server.log").write_text(_redact(runtime.logs_text(container), secrets), encoding="utf-8")
+    (folder / "server.log").write_text(_redact(log_text, secrets), encoding="utf-8")
     for rank, stack in stacks.items():
         (folder / "stacks" / f"{rank.replace(' ', '_')}.txt").write_text(_redact(stack.text, secrets))
     (folder / "result.json").write_text(_redact(json.dumps(jsonable(result), indent=2), secrets) + "\n")
@@ -108,32 +110,40 @@ def _result(
     return UpResult(**fields)
 
 
-def follow_container(
-    container: Container,
+def follow_source(
+    source: Source,
     spec: LaunchSpec,
     limits: PhaseLimits,
     *,
-    base_url: str | None,
     session: str,
     first_token: bool = True,
     on_progress: ProgressCallback | None = None,
+    inventory: GpuInventory | None = None,
 ) -> UpResult:
-    """Follow a started container to its verdict; at READY time the first token, else diagnose."""
-    watcher = Watcher(container, limits)
+    """Follow a server to its verdict; at READY time the first token, else diagnose."""
+    watcher = Watcher(source, limits)
     verdict = watcher.run(on_progress)
-    now = time.monotonic()
+    now = source.clock()
     stacks: dict[str, RankStack] = {}
     if isinstance(verdict, (Hung, Deadline)):
-        stacks = collect_stacks(container)
-    result = _result(spec.target, spec.image, container.name, verdict, watcher, now, stacks, spec.device)
-    if isinstance(verdict, Ready) and first_token and base_url:
+        stacks = collect_stacks(source)
+    result = _result(
+        spec.target, spec.image, source.name, verdict, watcher, now, stacks, spec.device, gpus=inventory
+    )
+    if isinstance(verdict, Ready) and first_token and source.base_url:
         try:
-            token = chat_first_token(base_url, spec.model_path, timeout_s=limits.deadline_s.first_token)
+            token = chat_first_token(
+                source.base_url,
+                spec.model_path,
+                timeout_s=limits.deadline_s.first_token,
+                transport=source.http_transport(),
+            )
             result = _replace(
                 result,
                 first_token_s=round(token.first_token_s, 3),
                 first_token_endpoint=token.endpoint,
-                reply=token.text,
+                first_token_in=token.first_in,
+                reply=token.text or token.reasoning,
             )
         except CheckFailed as exc:
             result = _replace(
@@ -141,9 +151,38 @@ def follow_container(
             )
     if not isinstance(verdict, Ready):
         secrets = [v for k in spec.pass_env if (v := os.environ.get(k))]
-        folder = write_diagnostics(session, container, stacks, result, secrets)
+        folder = write_diagnostics(session, source.log_text(), stacks, result, secrets)
         result = _replace(result, diagnostics=str(folder))
     return result
+
+
+def follow_container(
+    container: Container,
+    spec: LaunchSpec,
+    limits: PhaseLimits,
+    *,
+    session: str,
+    first_token: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> UpResult:
+    """`follow_source` over a container: NVML where the launch uses GPUs, the host's inventory."""
+    gpus = open_nvml() if spec.device == "cuda" else None
+    inventory = gpus.inventory() if gpus is not None else read_inventory()
+    source = DockerSource(container, gpus=gpus, port=spec.port)
+    try:
+        return follow_source(
+            source,
+            spec,
+            limits,
+            session=session,
+            first_token=first_token,
+            on_progress=on_progress,
+            inventory=inventory,
+        )
+    finally:
+        source.close()
+        if gpus is not None:
+            gpus.close()
 
 
 def _replace(result: UpResult, **changes) -> UpResult:
@@ -173,7 +212,6 @@ def run_up(
             server.container,
             spec,
             limits,
-            base_url=server.url,
             session=server.session,
             first_token=first_token,
             on_progress=on_progress,
@@ -202,16 +240,12 @@ def run_watch(
 ) -> UpResult:
     """Follow a container someone else started (compose, systemd); it is never removed here."""
     container = runtime.attach(container_ref)
-    port = runtime.published_port(container, spec.port)
-    base_url = f"http://127.0.0.1:{port}" if port else None
-    session = runtime.new_session_id()
     try:
         return follow_container(
             container,
             spec,
             limits,
-            base_url=base_url,
-            session=session,
+            session=runtime.new_session_id(),
             first_token=first_token,
             on_progress=on_progress,
         )

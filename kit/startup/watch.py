@@ -1,21 +1,19 @@
-"""Follow one server container: its log through the parser into the tracker, plus activity samples.
+"""Follow one server through a `Source`: its output through the parser into the tracker, plus
+activity samples, on the source's clock.
 
-This is the imperative shell around the pure tracker: it reads the clock, the log stream and the
-engine's stats, and hands plain values to `Tracker`. `kit up`, `kit watch` and the pytest plugin's
-wait strategy all drive this same class.
+This is the imperative shell around the pure tracker: it reads the source and hands plain values to
+`Tracker`. `kit up`, `kit watch`, the pytest plugin and replayed scenarios all drive this class; only
+the source differs (kit/startup/source.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from docker.models.containers import Container
-
 from kit.logs import ActivitySample, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
-from kit.runtime import server as runtime
+from kit.startup.source import Source, SourceState
 
 
 @dataclass(frozen=True)
@@ -27,6 +25,7 @@ class Progress:
     events: tuple[Event, ...]
     sample: ActivitySample | None
     container: str
+    lines: int = 0  # output lines (and `\r` progress segments) seen so far
 
     @property
     def elapsed(self) -> float:
@@ -46,31 +45,31 @@ class Progress:
 class Watcher:
     def __init__(
         self,
-        container: Container,
+        source: Source,
         limits: PhaseLimits,
         *,
         sample_every_s: float = 2.0,
-        gpu_memory: Callable[[], int | None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
         keep_lines: int = 5000,
     ):
-        self.container = container
-        self.clock = clock
+        self.source = source
         self.parser = LogParser()
-        self.tracker = Tracker.start(limits, clock())
+        self.tracker = Tracker.start(limits, source.started_at)
         self.lines: deque[str] = deque(maxlen=keep_lines)
+        self.line_count = 0
         self.sample_every_s = sample_every_s
-        self.gpu_memory = gpu_memory or (lambda: None)
-        self.follower = runtime.LogFollower(container)
-        self.exit_code: int | None = None
-        self.oom_killed = False
-        self._next_sample = 0.0
+        self.final_state: SourceState | None = None
+        self._next_sample = source.clock()
         self._last_sample: ActivitySample | None = None
+        # What happened before the watch began is known only from the log: activity cannot be
+        # judged before the first sample, so quiet time counts from the watch's start at the earliest.
+        self._ingest(source.read())
+        self.tracker = self.tracker.observe_line(source.clock())
 
-    def _ingest(self) -> list[Event]:
+    def _ingest(self, timed_lines: list[tuple[float, str]]) -> list[Event]:
         events: list[Event] = []
-        for t, line in self.follower.drain():
+        for t, line in timed_lines:
             self.lines.append(line)
+            self.line_count += 1
             found = self.parser.feed(line)
             self.tracker = self.tracker.observe_line(t, line).observe_events(found, t)
             events.extend(found)
@@ -78,23 +77,23 @@ class Watcher:
 
     def step(self) -> tuple[Progress, Verdict | None]:
         """Read what arrived, sample if due, and return the progress and a verdict if there is one."""
-        events = self._ingest()
-        now = self.clock()
+        source = self.source
+        events = self._ingest(source.read())
+        now = source.clock()
         sample = None
         ended = False
         if now >= self._next_sample:
             self._next_sample = now + self.sample_every_s
-            state = runtime.container_state(self.container)  # EnvironmentProblem if the engine is gone
-            running = state.running
-            sample = runtime.sample_activity(self.container, now, self.gpu_memory()) if running else None
+            state = source.state()  # EnvironmentProblem if the engine is gone
+            if state.running:
+                sample = source.sample(now)
             if sample is not None:
                 self.tracker = self.tracker.observe_sample(sample)
                 self._last_sample = sample
             if not state.running:
                 ended = True
-                self.exit_code, self.oom_killed = state.exit_code, state.oom_killed
-                self.follower.done.wait(timeout=5)
-                events.extend(self._ingest())
+                self.final_state = state
+                events.extend(self._ingest(source.drain(timeout_s=5)))
                 tail = self.parser.flush()
                 self.tracker = self.tracker.observe_events(tail, now)
                 events.extend(tail)
@@ -102,13 +101,19 @@ class Watcher:
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
         progress = Progress(
-            self.tracker, now, tuple(events), sample or self._last_sample, self.container.name
+            self.tracker, now, tuple(events), sample or self._last_sample, source.name, self.line_count
         )
         return progress, verdict
 
     def _exited(self, verdict: Verdict) -> Crashed:
-        """The container stopped without a fatal line the parser knows: a crash named by its exit code."""
-        why = "killed for memory (OOM)" if self.oom_killed else f"exited with code {self.exit_code}"
+        """The server stopped without a fatal line the parser knows: a crash named by its exit code."""
+        state = self.final_state
+        if state is not None and state.oom_killed:
+            why = "killed for memory (OOM)"
+        elif state is not None and state.gone:
+            why = "was removed"
+        else:
+            why = f"exited with code {None if state is None else state.exit_code}"
         return Crashed(
             phase=self.tracker.phase,
             evidence=tuple(self.lines)[-8:],
@@ -123,4 +128,4 @@ class Watcher:
                 on_progress(progress)
             if verdict is not None:
                 return verdict
-            time.sleep(poll_s)
+            self.source.sleep(poll_s)

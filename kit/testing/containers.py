@@ -43,11 +43,8 @@ class KitStartupWaitStrategy(WaitStrategy):
 
     def wait_until_ready(self, container: WaitStrategyTarget) -> None:
         wrapped = container.get_wrapped_container()
-        base_url = server_url(wrapped, self.spec)
         session = wrapped.labels.get(LABEL_SESSION, runtime.new_session_id())
-        self.result = follow_container(
-            wrapped, self.spec, self.limits, base_url=base_url, session=session, first_token=False
-        )
+        self.result = follow_container(wrapped, self.spec, self.limits, session=session, first_token=False)
         if self.expect_ready and self.result.verdict != "ready":
             raise KitStartupFailed(self.result)
 

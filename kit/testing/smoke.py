@@ -70,9 +70,7 @@ def run_smoke(
 
     server = runtime.start_server(spec, diagnose=True)
     try:
-        up = follow_container(
-            server.container, spec, limits, base_url=server.url, session=server.session, first_token=False
-        )
+        up = follow_container(server.container, spec, limits, session=server.session, first_token=False)
         add(_serving_checks(up, spec, server.url))
     finally:
         runtime.remove(server.container)  # raises a KitError naming the container if it cannot

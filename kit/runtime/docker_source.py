@@ -1,0 +1,275 @@
+"""A server container as a watcher `Source` (kit/startup/source.py): its output, counters and state.
+
+Output comes two ways, joined without gaps or repeats:
+- the engine's log with its own timestamps, for everything written before the kit attached (a
+  container that Compose started ten minutes ago keeps its real phase times);
+- a raw attach stream from then on. The engine's log driver only hands over a line at `\\n` (or at
+  16 KB), so tqdm's `\\r` progress of a 234 GB load would arrive in one piece at the end; the attach
+  stream carries the bytes as they are written.
+
+Counters per sample: CPU seconds and block-I/O read bytes from the engine's stats (with the
+processes' own /proc/PID/io where cgroup v1 gives none), network bytes received, and through NVML
+the GPU memory and utilisation of the container's processes (matched by host PID).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import requests
+from docker.errors import DockerException, NotFound
+from docker.models.containers import Container
+
+from kit.errors import EnvironmentProblem
+from kit.logs import ActivitySample
+from kit.runtime import server as runtime
+from kit.runtime.nvml import NvmlGpus
+from kit.startup.source import LineSplitter, ProcessStack, SourceState
+
+_ERRORS = (DockerException, requests.RequestException, OSError, ValueError)
+
+
+def parse_docker_time(text: str) -> float | None:
+    """'2026-12-02T17:32:56.123456789Z' (the engine's RFC 3339 with nanoseconds) -> epoch seconds."""
+    stamp = text.strip()
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, dot, rest = stamp.partition(".")
+    if dot:
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits) :]
+        stamp = f"{head}.{digits[:6]}{zone}"
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class ContainerOutput:
+    """Follows one run of a container in a thread: history (timestamped) first, then the live stream."""
+
+    def __init__(self, container: Container, to_mono: Callable[[float], float], *, after_wall: float | None):
+        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        self.done = threading.Event()
+        self.last_wall = after_wall  # the newest log timestamp handed over
+        self._container = container
+        self._to_mono = to_mono
+        self._stream = None
+        self.attached = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="kit-output", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._stream is not None:
+            with contextlib.suppress(Exception):
+                self._stream.close()
+
+    def _history(self, attached_wall: float) -> None:
+        since = {"since": int(self.last_wall)} if self.last_wall is not None else {}
+        raw = self._container.logs(stdout=True, stderr=True, timestamps=True, **since)
+        for line in raw.decode("utf-8", "replace").split("\n"):
+            stamp, _, text = line.partition(" ")
+            wall = parse_docker_time(stamp)
+            if wall is None or wall >= attached_wall:
+                continue  # the live stream has it
+            if self.last_wall is not None and wall <= self.last_wall:
+                continue  # handed over by an earlier run of this follower
+            self.last_wall = wall
+            splitter = LineSplitter()
+            for part in [*splitter.feed(text.encode()), *splitter.flush()]:
+                self.lines.put((self._to_mono(wall), part))
+
+    def _run(self) -> None:
+        splitter = LineSplitter()
+        try:
+            attached_wall = time.time()
+            try:
+                self._stream = self._container.attach(stdout=True, stderr=True, stream=True, logs=False)
+            except _ERRORS:
+                self._stream = None  # not running (yet, or any more): its history is all there is
+            self._history(attached_wall)
+            self.attached = self._stream is not None
+            for chunk in self._stream or ():
+                if self._closed:
+                    break
+                now = time.monotonic()
+                for line in splitter.feed(chunk):
+                    self.lines.put((now, line))
+                self.last_wall = time.time()
+        except _ERRORS:
+            pass  # the container or the engine went away; the watcher notices through its state
+        finally:
+            for line in splitter.flush():
+                self.lines.put((time.monotonic(), line))
+            self.done.set()
+
+    def take(self) -> list[tuple[float, str]]:
+        out = []
+        while True:
+            try:
+                out.append(self.lines.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def _stats_counters(stats: dict) -> tuple[float | None, int | None, int | None]:
+    usage = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
+    entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
+    reads = [e.get("value", 0) for e in entries if str(e.get("op", "")).lower() == "read"]
+    networks = stats.get("networks") or {}
+    rx = sum(int(n.get("rx_bytes", 0)) for n in networks.values()) if networks else None
+    return (None if usage is None else usage / 1e9, sum(reads) if entries else None, rx)
+
+
+def proc_read_bytes(pids: list[int], proc: Path = Path("/proc")) -> int | None:
+    """Bytes the processes fetched from storage (/proc/PID/io read_bytes); None where unreadable."""
+    total, readable = 0, False
+    for pid in pids:
+        try:
+            text = (proc / str(pid) / "io").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("read_bytes:"):
+                total += int(line.split()[1])
+                readable = True
+    return total if readable else None
+
+
+def host_pids(container: Container) -> list[int]:
+    """The container's processes as host PIDs (what NVML reports), through the engine's `top`."""
+    try:
+        top = container.top()
+    except _ERRORS:
+        return []
+    titles = top.get("Titles") or []
+    if "PID" not in titles:
+        return []
+    column = titles.index("PID")
+    return [int(row[column]) for row in top.get("Processes") or [] if str(row[column]).isdigit()]
+
+
+class DockerSource:
+    """Source over a running (or restarting) container. `gpus` is NVML where the host has it."""
+
+    def __init__(self, container: Container, *, gpus: NvmlGpus | None = None, port: int | None = None):
+        self.container = container
+        self.name = container.name
+        self.gpus = gpus
+        self._port = port
+        wall, mono = time.time(), time.monotonic()
+        self._to_mono = lambda w: w + (mono - wall)
+        self.started_at = self._started_at(mono)
+        self._restarts = self._restart_count()
+        self._output = ContainerOutput(container, self._to_mono, after_wall=None)
+        self._base_url: str | None = None
+
+    def _started_at(self, mono_now: float) -> float:
+        state = self.container.attrs.get("State") or {}
+        wall = parse_docker_time(str(state.get("StartedAt") or ""))
+        return mono_now if wall is None else min(mono_now, self._to_mono(wall))
+
+    def _restart_count(self) -> int:
+        return int(self.container.attrs.get("RestartCount") or 0)
+
+    # -- clock ------------------------------------------------------------------------------------
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def read(self) -> list[tuple[float, str]]:
+        lines = self._output.take()
+        if self._output.done.is_set() and self._runs_again():
+            # Restarted by its restart policy: follow the new run from where the last one stopped.
+            self._restarts = self._restart_count()
+            self._output = ContainerOutput(self.container, self._to_mono, after_wall=self._output.last_wall)
+        return lines
+
+    def _runs_again(self) -> bool:
+        """From the state last read (state() refreshes it): a new run began since we followed."""
+        running = bool((self.container.attrs.get("State") or {}).get("Running"))
+        return running and (self._restart_count() > self._restarts or not self._output.attached)
+
+    def drain(self, timeout_s: float) -> list[tuple[float, str]]:
+        self._output.done.wait(timeout=timeout_s)
+        return self._output.take()
+
+    def log_text(self) -> str:
+        return runtime.logs_text(self.container)
+
+    def close(self) -> None:
+        self._output.close()
+
+    # -- counters and state -----------------------------------------------------------------------
+
+    def sample(self, t: float) -> ActivitySample | None:
+        try:
+            stats = self.container.stats(stream=False, one_shot=True)
+        except _ERRORS:
+            return None
+        cpu, read, rx = _stats_counters(stats)
+        pids = host_pids(self.container) if (read is None or self.gpus is not None) else []
+        if read is None:
+            read = proc_read_bytes(pids)
+        gpu_mem, gpu_util = None, ()
+        if self.gpus is not None:
+            usage = self.gpus.usage(pids)
+            gpu_mem, gpu_util = usage.memory_bytes, usage.utilization
+        return ActivitySample(
+            t=t, cpu_seconds=cpu, read_bytes=read, net_rx_bytes=rx, gpu_mem_bytes=gpu_mem, gpu_util=gpu_util
+        )
+
+    def state(self) -> SourceState:
+        """Raises EnvironmentProblem when the engine itself stopped answering."""
+        try:
+            self.container.reload()
+        except NotFound:
+            return SourceState(False, gone=True)
+        except (DockerException, requests.RequestException) as exc:
+            raise EnvironmentProblem(
+                "the Docker engine stopped answering while watching the server",
+                hint=f"container {self.name} may still exist: 'kit down {self.name}' once the engine is back",
+            ) from exc
+        attrs = self.container.attrs
+        state = attrs.get("State") or {}
+        running = bool(state.get("Running")) and not state.get("Restarting")
+        policy = ((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no"
+        return SourceState(
+            running=running,
+            exit_code=None if running else state.get("ExitCode"),
+            oom_killed=bool(state.get("OOMKilled")),
+            restarts=self._restart_count(),
+            restart_policy=policy,
+        )
+
+    # -- diagnosis and HTTP -----------------------------------------------------------------------
+
+    def stacks(self, want: Callable[[str], bool] = lambda title: True) -> list[ProcessStack]:
+        found = []
+        for pid, title in sorted(runtime.list_processes(self.container).items()):
+            if want(title):
+                found.append(ProcessStack(pid, title, runtime.dump_stack(self.container, pid)))
+        return found
+
+    @property
+    def base_url(self) -> str | None:
+        if self._base_url is None and self._port is not None:
+            port = runtime.published_port(self.container, self._port)
+            self._base_url = f"http://127.0.0.1:{port}" if port else None
+        return self._base_url
+
+    def http_transport(self):
+        return None

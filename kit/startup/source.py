@@ -1,0 +1,122 @@
+"""What the watcher reads, behind one small interface: a `Source`.
+
+Two implementations drive the same Watcher, tracker and verdict code:
+
+    kit.runtime.docker_source.DockerSource   a server container (kit up, kit watch, the pytest plugin)
+    kit.scenarios.replay.ReplaySource        a scenario replayed on its own clock (GPU-shaped start-ups)
+
+A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
+cumulative activity counters of the server's processes (CPU seconds, disk bytes read, network bytes
+received, GPU memory and utilisation), the server's state, stacks on demand, and a clock that the
+watcher sleeps on. Modelled on httpx's transports: one small surface, a real one and a replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from kit.logs import ActivitySample
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """Is the server running; if not, how it ended. `restarts` counts restarts seen so far."""
+
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    gone: bool = False
+    restarts: int = 0
+    restart_policy: str | None = None  # "no", "on-failure", "always", "unless-stopped"
+
+    @property
+    def restarting(self) -> bool:
+        """A stopped server that its supervisor will start again (a restart policy that applies)."""
+        if self.running or self.gone or self.oom_killed:
+            return False
+        if self.restart_policy in ("always", "unless-stopped"):
+            return True
+        return self.restart_policy == "on-failure" and self.exit_code not in (0, None)
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    pid: int
+    title: str  # the process's command line / title, e.g. "sglang::scheduler_TP0"
+    text: str  # py-spy dump output (or why there is none)
+
+
+@runtime_checkable
+class Source(Protocol):
+    name: str  # what is watched: a container name, a scenario name
+    started_at: float  # when the server started, on this source's clock
+
+    def clock(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def read(self) -> list[tuple[float, str]]:
+        """Log lines (and `\\r` segments) that arrived since the last call, with their times."""
+        ...
+
+    def sample(self, t: float) -> ActivitySample | None:
+        """Cumulative counters at `t`; None while nothing can be measured (not running)."""
+        ...
+
+    def state(self) -> SourceState: ...
+
+    def drain(self, timeout_s: float) -> list[tuple[float, str]]:
+        """After the server stopped: what is left of its output (waits up to timeout_s for the end)."""
+        ...
+
+    def stacks(self) -> list[ProcessStack]: ...
+
+    def log_text(self) -> str: ...
+
+    def http_transport(self) -> httpx.BaseTransport | None:
+        """How to reach the server's HTTP API: None for the network, a transport for a replay."""
+        ...
+
+    @property
+    def base_url(self) -> str | None: ...
+
+
+class LineSplitter:
+    """Bytes in, lines out: a line ends at `\\n`, `\\r\\n` or a lone `\\r` (tqdm redraws its bar with
+    `\\r` and writes `\\n` only when it finishes, so splitting on `\\n` alone hides a whole load).
+
+    A chunk that starts with `\\r` is a redraw: it counts as a line the moment it arrives, not when
+    the next redraw pushes it out (the last redraw before a hang would otherwise never be seen).
+    Blank segments (the `\\r` before a `\\n`, a bar's clearing) are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._cr = False  # the last chunk ended in '\r': a '\n' first in the next one belongs to it
+
+    def feed(self, chunk: bytes) -> list[str]:
+        if self._cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._cr = chunk.endswith(b"\r")
+        redraw = chunk.startswith(b"\r")
+        data = (self._pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *complete, self._pending = data.split(b"\n")
+        if redraw and self._pending:
+            complete.append(self._pending)
+            self._pending = b""
+        return [text for raw in complete if (text := raw.decode("utf-8", "replace")).strip()]
+
+    def flush(self) -> list[str]:
+        rest, self._pending = self._pending, b""
+        text = rest.decode("utf-8", "replace")
+        return [text] if text.strip() else []
+
+
+def monotonic_from_wall(wall_now: float, mono_now: float) -> Callable[[float], float]:
+    """Map wall-clock seconds (a log's own timestamps) onto the monotonic clock the watcher uses."""
+    offset = mono_now - wall_now
+    return lambda wall: wall + offset
