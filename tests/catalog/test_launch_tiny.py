@@ -14,6 +14,7 @@ TINY_ARGV = (
     "--tp-size", "2",
     "--disable-cuda-graph",
     "--max-total-tokens", "65536",
+    "--reasoning-parser", "deepseek-r1",
     "--host", "0.0.0.0",
     "--port", "30000",
 )  # fmt: skip
