@@ -2,7 +2,8 @@
 
 In CI (CI=true) a skipped `docker` test is a failure: CI installs and starts the engine and builds
 the rehearsal image, so a skip there means the set-up broke, not that the test does not apply.
-`gpu` tests are exempt: CI has no GPU and they skip with a reason naming what is missing.
+`gpu` tests are exempt: CI has no GPU and they skip with a reason naming what is missing (a GPU
+runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ import os
 
 import pytest
 
+from kit.testing.plugin import skip_reason
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2])
-    return str(longrepr)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -27,7 +23,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if IN_CI and report.skipped and item.get_closest_marker("docker") and not item.get_closest_marker("gpu"):
         report.outcome = "failed"
-        report.longrepr = f"a docker test skipped in CI, which must run it: {_skip_reason(report)}"
+        report.longrepr = f"a docker test skipped in CI, which must run it: {skip_reason(report)}"
 
 
 pytest_plugins = ["pytester"]

@@ -6,21 +6,30 @@ import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
+from kit.cli.up import no_validate_option
 from kit.output import console, show
 
 
 @cli.command()
 @target_options
+@no_validate_option
 @click.option("--no-faults", is_flag=True, help="Skip the planted-fault checks (CPU rehearsal only).")
 @json_option
-def smoke(target: str, image: str | None, overrides: tuple[str, ...], no_faults: bool, as_json: bool) -> None:
+def smoke(
+    target: str,
+    image: str | None,
+    overrides: tuple[str, ...],
+    no_validate: bool,
+    no_faults: bool,
+    as_json: bool,
+) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
     repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""
-    from kit.launch import resolve
     from kit.startup import limits_from_spec
+    from kit.startup.prepare import prepare_launch
     from kit.testing.smoke import run_smoke
 
-    spec = resolve(target, image=image, overrides=overrides)
+    spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
     out = console()
 
     def progress(check) -> None:

@@ -11,12 +11,17 @@ from kit.cli.catalog import json_option, target_options
 from kit.output import console, emit_json, jsonable, show
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM takes the same path as Ctrl-C: stop watching, remove the container, exit 130."""
+def _interruptible() -> None:
+    """Ctrl-C and SIGTERM stop watching, remove the container and exit 130.
+
+    SIGINT gets Python's own handler back even when the kit was started with SIGINT ignored (nohup,
+    some CI runners): otherwise Ctrl-C could not stop it and its container would stay.
+    """
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -81,27 +86,34 @@ def _limit_options(func):
     return func
 
 
+def no_validate_option(func):
+    return click.option(
+        "--no-validate", is_flag=True, help="Start without holding the launch against `kit validate`'s rules."
+    )(func)
+
+
 @cli.command()
 @target_options
+@no_validate_option
 @click.option("--fault", help="CPU rehearsal only, test-only: plant a fault (hang-init, crash-load, ...).")
 @click.option("--keep", is_flag=True, help="Leave the container running (or stopped) afterwards.")
 @click.option("--no-first-token", is_flag=True, help="Stop at READY without a chat request.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def up(target, image, overrides, fault, keep, no_first_token, as_json, deadline, stall) -> None:
+def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_json, deadline, stall) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
     Exit codes: 0 READY, 1 CRASHED (or the first token failed), 4 HUNG, 5 DEADLINE,
     2 bad input, 3 missing engine or image, 130 interrupted. The container is removed
     afterwards unless --keep.
     """
-    from kit.launch import resolve
     from kit.startup import run_up
     from kit.startup.live import LiveView
+    from kit.startup.prepare import prepare_launch
 
-    spec = resolve(target, image=image, overrides=overrides)
+    spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
     limits = _limits(spec, deadline, stall)
-    _sigterm_as_interrupt()
+    _interruptible()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")
     with LiveView(console(), title=title, as_json=as_json) as view:
         result = run_up(
@@ -138,7 +150,7 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
         raise InputError("--target", f"container {container} has no {LABEL_TARGET} label", "pass --target")
     spec = resolve(target, image=image or labels.get(LABEL_IMAGE))
     limits = _limits(spec, deadline, stall)
-    _sigterm_as_interrupt()
+    _interruptible()
     with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
         result = run_watch(container, spec, limits, on_progress=view.update, first_token=first_token)
     _finish(result, as_json)
@@ -181,13 +193,20 @@ def logs(container: str, follow: bool, tail: str) -> None:
 
 @cli.command()
 @click.argument("containers", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every container the kit started.")
+@click.option("--all", "all_", is_flag=True, help="Every container the kit started (not Compose's services).")
 def down(containers: tuple[str, ...], all_: bool) -> None:
-    """Stop and remove the kit's containers (by name, or --all)."""
+    """Stop and remove the kit's containers (by name, or --all; Compose's services only by name)."""
     from kit.errors import InputError
     from kit.runtime.inventory import remove_servers
 
     if not containers and not all_:
         raise InputError("CONTAINERS", "nothing to remove", "name containers (see 'kit ps') or pass --all")
-    for name in remove_servers(containers, all_=all_):
+    removal = remove_servers(containers, all_=all_)
+    for name in removal.removed:
         console().print(f"removed {name}", markup=False, highlight=False)
+    for name in removal.left:
+        console().print(
+            f"left {name}: started by Compose (stop it with 'docker compose down', or name it)",
+            markup=False,
+            highlight=False,
+        )

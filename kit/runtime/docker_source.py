@@ -1,4 +1,4 @@
-"""A server container as a watcher `Source` (kit/startup/source.py): its output, counters and state.
+"""A server container as a watcher `Source` (kit/runtime/source.py): its output, counters and state.
 
 Output comes two ways, joined without gaps or repeats:
 - the engine's log with its own timestamps, for everything written before the kit attached (a
@@ -30,7 +30,7 @@ from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
 from kit.runtime import server as runtime
 from kit.runtime.nvml import NvmlGpus
-from kit.startup.source import LineSplitter, ProcessStack, SourceState
+from kit.runtime.source import LineSplitter, ProcessStack, SourceState
 
 _ERRORS = (DockerException, requests.RequestException, OSError, ValueError)
 
@@ -120,7 +120,7 @@ class ContainerOutput:
                 return out
 
 
-def _stats_counters(stats: dict) -> tuple[float | None, int | None, int | None]:
+def stats_counters(stats: dict) -> tuple[float | None, int | None, int | None]:
     usage = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
     entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
     reads = [e.get("value", 0) for e in entries if str(e.get("op", "")).lower() == "read"]
@@ -220,7 +220,7 @@ class DockerSource:
             stats = self.container.stats(stream=False, one_shot=True)
         except _ERRORS:
             return None
-        cpu, read, rx = _stats_counters(stats)
+        cpu, read, rx = stats_counters(stats)
         pids = host_pids(self.container) if (read is None or self.gpus is not None) else []
         if read is None:
             read = proc_read_bytes(pids)

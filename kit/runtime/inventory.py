@@ -65,10 +65,26 @@ def print_logs(name: str, *, follow: bool, tail: str) -> None:
         sys.stdout.flush()
 
 
-def remove_servers(names: tuple[str, ...], *, all_: bool) -> list[str]:
-    containers = runtime.kit_containers() if all_ else [_kit_container(n) for n in names]
+COMPOSE_PROJECT = "com.docker.compose.project"
+
+
+@dataclass(frozen=True)
+class Removal:
+    removed: tuple[str, ...]
+    left: tuple[str, ...]  # Compose's services: `--all` never removes them (compose owns them)
+
+
+def remove_servers(names: tuple[str, ...], *, all_: bool) -> Removal:
+    """Remove the named kit containers, or with all_ every kit container except Compose's services:
+    a `docker compose up qwen-base` deployment is not the kit's to stop."""
+    if all_:
+        found = runtime.kit_containers()
+        containers = [c for c in found if COMPOSE_PROJECT not in c.labels]
+        left = tuple(c.name for c in found if COMPOSE_PROJECT in c.labels)
+    else:
+        containers, left = [_kit_container(n) for n in names], ()
     removed = []
     for container in containers:
         runtime.remove(container)
         removed.append(container.name)
-    return removed
+    return Removal(tuple(removed), left)

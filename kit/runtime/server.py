@@ -51,6 +51,23 @@ def server_environment(spec: LaunchSpec, fault: str | None) -> dict[str, str]:
     return env
 
 
+RUN_LABELS = "KIT_RUN_LABELS"
+
+
+def run_labels() -> dict[str, str]:
+    """Labels a caller asks for on every container this process starts: KIT_RUN_LABELS='k=v,k2=v2'.
+
+    CI jobs and tests mark their own containers this way, so their cleanup can find exactly those
+    on an engine that other people's servers share."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in os.environ.get(RUN_LABELS, "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(RUN_LABELS, f"'{item}' is not KEY=VALUE", "e.g. KIT_RUN_LABELS=ci.job=1234")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
 def start_server(
     spec: LaunchSpec, *, fault: str | None = None, diagnose: bool = True, session: str | None = None
 ) -> RunningServer:
@@ -64,7 +81,7 @@ def start_server(
         spec,
         name=name,
         environment=server_environment(spec, fault),
-        labels={LABEL_SESSION: session},
+        labels={**run_labels(), LABEL_SESSION: session},
         diagnose=diagnose,
     )
     with translated(f"starting {spec.image_ref}"):

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from kit.errors import InputError
 from kit.logs import ActivitySample
 from kit.runtime.nvml import NvmlGpus, open_nvml
+from kit.runtime.source import LineSplitter, ProcessStack, SourceState
 from kit.scenarios.fake_nvml import FakeNvml
-from kit.startup.source import LineSplitter, ProcessStack, SourceState
 
 GiB = 1 << 30
 MB = 1_000_000

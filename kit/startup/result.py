@@ -106,8 +106,25 @@ def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
     return tuple(StackRow(s.rank, s.pid, s.kind.value, s.where) for s in stacks.values())
 
 
+def hardware_evidence(gpus: GpuInventory | None) -> list[str]:
+    """What the GPUs themselves say about likely causes, as evidence lines (PCIe-only cards: P2P)."""
+    if gpus is None or not gpus.devices:
+        return []
+    names = sorted({d.name for d in gpus.devices})
+    lines = [
+        f"gpus: {gpus.count} x {', '.join(names)} (compute capability {gpus.devices[0].compute_capability})"
+    ]
+    if gpus.count > 1 and not any(d.nvlinks for d in gpus.devices):
+        lines.append("gpu link: PCIe, no NVLink (NCCL uses PCIe P2P or host shared memory)")
+    return lines
+
+
 def causes_for(
-    verdict: Verdict, tracker: Tracker, stacks: dict[str, RankStack], device: str
+    verdict: Verdict,
+    tracker: Tracker,
+    stacks: dict[str, RankStack],
+    device: str,
+    gpus: GpuInventory | None = None,
 ) -> tuple[CauseRow, ...]:
     """Likely causes from the causes book, with the live evidence (and where ranks wait) as hints."""
     if isinstance(verdict, Ready):
@@ -116,6 +133,7 @@ def causes_for(
     haystack = "\n".join(
         [
             *tracker.evidence(),
+            *hardware_evidence(gpus),
             *(s.where for s in stacks.values()),
             *(s.kind.value for s in stacks.values()),
             f"device={device}",

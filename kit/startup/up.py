@@ -20,6 +20,7 @@ from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token
 from kit.runtime.nvml import GpuInventory, open_nvml, read_inventory
+from kit.runtime.source import Source
 from kit.spec import LaunchSpec
 from kit.startup.result import (
     UpResult,
@@ -30,7 +31,6 @@ from kit.startup.result import (
     stack_rows,
     verdict_name,
 )
-from kit.startup.source import Source
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -91,7 +91,7 @@ def _result(
         "stacks": stack_rows(stacks),
         "waiting_ranks": waiting,
         "missing_ranks": missing,
-        "likely_causes": causes_for(verdict, tracker, stacks, device),
+        "likely_causes": causes_for(verdict, tracker, stacks, device, extra.get("gpus")),
     }
     if isinstance(verdict, Ready):
         fields["startup_s"] = round(verdict.at - tracker.started_at, 2)

@@ -3,7 +3,7 @@ activity samples, on the source's clock.
 
 This is the imperative shell around the pure tracker: it reads the source and hands plain values to
 `Tracker`. `kit up`, `kit watch`, the pytest plugin and replayed scenarios all drive this class; only
-the source differs (kit/startup/source.py).
+the source differs (kit/runtime/source.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kit.logs import ActivitySample, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
-from kit.startup.source import Source, SourceState
+from kit.runtime.source import Source, SourceState
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def kit_container(spec: LaunchSpec, *, session: str, fault: str | None = None) -
         spec,
         name=f"kit-{spec.target}-{session}-{int(time.time() * 1000) % 100000}",
         environment=runtime.server_environment(spec, fault),
-        labels={LABEL_SESSION: session},
+        labels={**runtime.run_labels(), LABEL_SESSION: session},
         diagnose=True,
     )
     container = DockerContainer(kwargs.pop("image"), command=kwargs.pop("command"), name=kwargs.pop("name"))

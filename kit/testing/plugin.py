@@ -7,7 +7,9 @@ Fixtures
                  kit's verdict; the container is always removed.
 Options
     --kit-target, --kit-image, --kit-set KEY=VALUE, --kit-deadline STAGE=S, --kit-stall STAGE=S,
-    --kit-keep (leave containers for inspection)
+    --kit-keep (leave containers for inspection), --kit-no-validate (start a launch that
+    `kit validate` rejects), --kit-require-gpu (or KIT_REQUIRE_GPU=1: a skipped `gpu` test fails,
+    so a GPU runner cannot go green having tested nothing)
 Markers
     docker (needs an engine) and gpu (needs NVIDIA GPUs): tests skip with a reason naming what is
     missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
@@ -37,6 +39,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kit-deadline", action="append", default=[], metavar="STAGE=SECONDS")
     group.addoption("--kit-stall", action="append", default=[], metavar="STAGE=SECONDS")
     group.addoption("--kit-keep", action="store_true", help="Leave the kit's containers afterwards.")
+    group.addoption(
+        "--kit-no-validate", action="store_true", help="Start launches that `kit validate` rejects."
+    )
+    group.addoption(
+        "--kit-require-gpu",
+        action="store_true",
+        default=os.environ.get("KIT_REQUIRE_GPU", "") not in ("", "0", "false"),
+        help="A skipped `gpu` test is a failure (default from KIT_REQUIRE_GPU).",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,17 +70,10 @@ def docker_missing() -> str | None:
 
 def gpu_missing() -> str | None:
     """Why no NVIDIA GPU can be used, or None."""
-    try:
-        import pynvml
+    from kit.runtime.nvml import nvml_missing
 
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:
-        return f"no NVIDIA GPU: NVML is not available here ({type(exc).__name__}: {str(exc)[:80]})"
-    return None if count else "no NVIDIA GPU: NVML sees 0 devices"
+    reason = nvml_missing()
+    return None if reason is None else f"no NVIDIA GPU: {reason}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before fixtures start containers
@@ -106,12 +110,21 @@ class KitServer:
 
 
 def _resolve(config: pytest.Config, target: str | None):
-    from kit.launch import resolve
+    from kit.errors import InputError
     from kit.runtime.engine import image_exists
     from kit.startup import limits_from_spec, parse_limit_overrides
+    from kit.startup.prepare import prepare_launch
 
     target = target or config.getoption("--kit-target") or "tiny"
-    spec = resolve(target, image=config.getoption("--kit-image"), overrides=config.getoption("--kit-set"))
+    try:
+        spec = prepare_launch(
+            target,
+            image=config.getoption("--kit-image"),
+            overrides=config.getoption("--kit-set"),
+            validate=not config.getoption("--kit-no-validate"),
+        )
+    except InputError as exc:  # a launch SGLang would refuse: no container, one line
+        pytest.fail(f"kit: {exc.one_line()}", pytrace=False)
     limits = limits_from_spec(
         spec,
         deadlines=parse_limit_overrides(config.getoption("--kit-deadline"), "--kit-deadline"),
@@ -208,6 +221,13 @@ def _report_sections(item: pytest.Item) -> list[tuple[str, str]]:
     return sections
 
 
+def skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     server = getattr(item, "funcargs", {}).get("kit_server")
@@ -217,6 +237,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 item.user_properties.append((f"kit.{name}", value))
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and item.get_closest_marker("gpu") and item.config.getoption("--kit-require-gpu"):
+        report.outcome = "failed"
+        report.longrepr = f"a gpu test skipped under --kit-require-gpu: {skip_reason(report)}"
     if report.failed and call.when == "call":
         for title, text in _report_sections(item):
             report.sections.append((title, text))

@@ -57,3 +57,44 @@ def test_gpu_tests_skip_with_a_reason_naming_what_is_missing(pytester):
     result = pytester.runpytest_subprocess("-m", "gpu", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     assert "no NVIDIA GPU" in result.stdout.str()
+
+
+GPU_TEST = """
+import pytest
+
+@pytest.mark.gpu
+def test_needs_gpus():
+    pass
+"""
+
+
+def test_require_gpu_turns_every_gpu_skip_into_a_failure_with_its_reason(pytester):
+    """A GPU runner's job cannot go green having tested nothing (`--kit-require-gpu`)."""
+    pytester.makepyfile(GPU_TEST)
+    result = pytester.runpytest_subprocess("-m", "gpu", "--kit-require-gpu", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.assert_outcomes(errors=1)  # the skip happens at set-up, so it fails there
+    text = result.stdout.str()
+    assert "a gpu test skipped under --kit-require-gpu" in text and "no NVIDIA GPU" in text
+
+
+def test_require_gpu_from_the_environment(pytester, monkeypatch):
+    monkeypatch.setenv("KIT_REQUIRE_GPU", "1")
+    pytester.makepyfile(GPU_TEST)
+    result = pytester.runpytest_subprocess("-m", "gpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+
+
+def test_a_launch_validate_rejects_fails_the_test_without_a_container(pytester, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")  # no engine call may happen
+    pytester.makepyfile(
+        """
+        def test_server(kit_server):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--kit-target", "tiny", "--kit-set", "tp=3", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(errors=1)
+    assert "kit: tp-heads: TP 3 does not divide the 4 attention heads" in result.stdout.str()

@@ -1,27 +1,31 @@
-"""Shared by the end-to-end start-up tests: which server containers *this test* started.
+"""Shared by the end-to-end start-up tests: the server containers *this test* started.
 
-A session-scoped server from another suite (tests/smoke's kit_server) may be running at the same
-time; "no container left behind" means none of this test's, and cleanup touches only those.
+The engine may be shared: a session-scoped server from tests/smoke, another developer's test run, or
+on a GPU runner the production server itself. Each test therefore marks what it starts with its own
+label (KIT_RUN_LABELS, which the kit puts on every container it starts) and looks at, and cleans up,
+only containers carrying it.
 """
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
-from kit.runtime.engine import LABEL_MANAGED, client
+from kit.runtime.engine import client
+from kit.runtime.server import RUN_LABELS
 
-
-def _servers() -> list:
-    return client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"})
+TEST_LABEL = "io.kit.test"
 
 
 @pytest.fixture
-def new_servers():
-    """A callable listing the kit's server containers created since the test began."""
-    before = {c.id for c in _servers()}
+def new_servers(monkeypatch):
+    """A callable listing the server containers this test started (by its own label)."""
+    mark = f"{TEST_LABEL}={secrets.token_hex(6)}"
+    monkeypatch.setenv(RUN_LABELS, mark)
 
     def created_since() -> list:
-        return [c for c in _servers() if c.id not in before]
+        return client().containers.list(all=True, filters={"label": mark})
 
     yield created_since
     for container in created_since():

@@ -1,0 +1,69 @@
+"""GPU-shaped start-ups replayed through the real watcher, tracker, verdict and first-token code."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.errors import InputError
+from kit.scenarios import list_scenarios, load_scenario, run_scenario
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))  # diagnostics of replayed failures go here
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_every_scenario_reaches_its_verdict(name):
+    run = run_scenario(name)
+    assert run.ok, "\n".join(f"{e.name}: {e.detail}" for e in run.expectations if not e.ok)
+
+
+def test_the_scenarios_the_gpu_path_rests_on_exist():
+    assert {"init-hang-tp4", "p2p-after-init", "cold-load", "stalled-load", "mtp-ready"} <= set(
+        list_scenarios()
+    )
+
+
+def test_init_hang_tp4_is_hung_in_init_within_the_window_plus_5_s():
+    run = run_scenario("init-hang-tp4")
+    result = run.result
+    assert (result.verdict, result.phase, result.exit_code) == ("hung", "init", 4)
+    assert 0 <= run.latency_s <= 5
+    assert result.stuck_ranks == ("TP0", "TP1", "TP2", "TP3")
+    assert result.gpus.count == 4 and result.gpus.devices[0].compute_capability == "12.0"
+
+
+def test_p2p_after_init_is_hung_not_deadline_although_cpu_and_gpus_are_busy():
+    run = run_scenario("p2p-after-init")
+    assert run.result.verdict == "hung" and run.result.phase == "capture"
+    assert 0 <= run.latency_s <= 5
+
+
+def test_cold_load_is_never_hung_and_keeps_its_true_load_time():
+    run = run_scenario("cold-load")
+    assert run.result.verdict == "ready"
+    load = max(s.elapsed_s for s in run.result.timeline if s.phase == "load")
+    assert 1490 <= load <= 1530
+
+
+def test_mtp_first_token_arrives_as_reasoning():
+    run = run_scenario("mtp-ready")
+    assert run.result.first_token_in == "reasoning_content" and run.result.reply.startswith("Okay")
+
+
+def test_an_unknown_scenario_names_the_known_ones():
+    with pytest.raises(InputError) as caught:
+        load_scenario("no-such-scenario")
+    assert "init-hang-tp4" in caught.value.hint
+
+
+def test_a_broken_scenario_file_names_the_key(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text(
+        'name = "x"\ntitle = "x"\nabout = "x"\nsources = ["x"]\ntarget = "tiny"\n'
+        'duration_s = 10\nranks = 1\n[expect]\nverdict = "sideways"\n[[at]]\nt = 0\n'
+    )
+    with pytest.raises(InputError) as caught:
+        load_scenario(str(path))
+    assert "expect.verdict" in caught.value.field

@@ -1,0 +1,97 @@
+"""The watcher's input: output split on \\n and \\r (tqdm progress is output), docker timestamps."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kit.runtime.docker_source import parse_docker_time, proc_read_bytes, stats_counters
+from kit.runtime.source import LineSplitter, SourceState
+
+
+def split(*chunks: bytes) -> list[str]:
+    splitter = LineSplitter()
+    out: list[str] = []
+    for chunk in chunks:
+        out += splitter.feed(chunk)
+    return out + splitter.flush()
+
+
+def test_newlines_crlf_and_lone_cr_all_end_a_line():
+    assert split(b"a\nb\r\nc\rd") == ["a", "b", "c", "d"]
+
+
+def test_a_tqdm_redraw_counts_the_moment_it_arrives():
+    splitter = LineSplitter()
+    assert splitter.feed(b"[TP0] Load weight begin.\n") == ["[TP0] Load weight begin."]
+    assert splitter.feed(b"\rLoading shards:  10% | 4/39") == ["Loading shards:  10% | 4/39"]
+    assert splitter.feed(b"\rLoading shards:  12% | 5/39") == ["Loading shards:  12% | 5/39"]
+    assert splitter.feed(b"\rLoading shards: 100% | 39/39\n") == ["Loading shards: 100% | 39/39"]
+
+
+def test_a_line_written_in_pieces_is_one_line():
+    assert split(b"[TP0] Init par", b"allel begin.", b"\n") == ["[TP0] Init parallel begin."]
+
+
+def test_crlf_split_across_chunks_is_one_break():
+    assert split(b"first\r", b"\nsecond\n") == ["first", "second"]
+
+
+def test_blank_segments_are_dropped_and_bad_utf8_is_replaced():
+    assert split(b"\r\r\n\n  \nx\xff\n") == ["x\ufffd"]
+
+
+@given(st.lists(st.text(alphabet="ab\r\n ", max_size=12), max_size=12))
+def test_chunking_never_changes_the_lines(pieces):
+    """However the bytes are cut into chunks, no character is lost, duplicated or reordered, and no
+    blank line comes out. (A chunk starting with \\r is emitted at once as a redraw, so a line whose
+    rest arrives in a later chunk may come out in two pieces: the price of seeing progress live.)"""
+    text = "".join(pieces)
+    whole = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    got = split(*(p.encode() for p in pieces))
+    assert "".join(got).replace(" ", "") == "".join(whole).replace(" ", "")
+    assert all(line.strip() for line in got)
+
+
+@given(st.lists(st.text(alphabet="ab ", min_size=1, max_size=8), max_size=8))
+def test_lines_written_in_pieces_without_redraws_come_out_whole(pieces):
+    text = "".join(pieces) + "\n"
+    assert split(*(p.encode() for p in pieces), b"\n") == ([text.strip("\n")] if text.strip() else [])
+
+
+def test_docker_timestamps_with_nanoseconds():
+    assert parse_docker_time("2026-12-02T17:32:56.123456789Z") == parse_docker_time(
+        "2026-12-02T17:32:56.123456Z"
+    )
+    assert parse_docker_time("2026-12-02T17:32:56Z") is not None
+    assert parse_docker_time("0001-01-01T00:00:00Z") is None  # the engine's "never"
+    assert parse_docker_time("garbage") is None
+
+
+def teststats_counters_read_cpu_blkio_and_network():
+    stats = {
+        "cpu_stats": {"cpu_usage": {"total_usage": 2_500_000_000}},
+        "blkio_stats": {
+            "io_service_bytes_recursive": [{"op": "Read", "value": 10}, {"op": "Write", "value": 99}]
+        },
+        "networks": {"eth0": {"rx_bytes": 5}, "eth1": {"rx_bytes": 7}},
+    }
+    assert stats_counters(stats) == (2.5, 10, 12)
+    assert stats_counters({}) == (None, None, None)  # cgroup v1 without blkio, host networking
+
+
+def test_proc_read_bytes_sums_what_it_can_read(tmp_path):
+    (tmp_path / "10").mkdir()
+    (tmp_path / "10" / "io").write_text("rchar: 5\nread_bytes: 4096\nwrite_bytes: 0\n")
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "io").write_text("read_bytes: 1000\n")
+    assert proc_read_bytes([10, 11, 12], proc=tmp_path) == 5096
+    assert proc_read_bytes([12], proc=tmp_path) is None
+
+
+def test_restart_policies_that_bring_a_server_back():
+    assert SourceState(False, exit_code=1, restart_policy="on-failure").restarting
+    assert not SourceState(False, exit_code=0, restart_policy="on-failure").restarting
+    assert SourceState(False, exit_code=0, restart_policy="always").restarting
+    assert not SourceState(False, exit_code=1, restart_policy="no").restarting
+    assert not SourceState(False, exit_code=137, oom_killed=True, restart_policy="always").restarting
