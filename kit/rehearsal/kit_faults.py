@@ -12,6 +12,10 @@ module does nothing but read one variable.
     KIT_FAULT=crash-load[:rank=N]         rank N raises while opening the weights (load phase)
     KIT_FAULT=slow-load[:seconds=S]       every rank spends S seconds (default 90) re-reading and
                                           hashing the weights before loading: slow but alive
+              [,busy=0]                   ... sleeping instead: no CPU, no reads, no output (a hang
+                                          in load, as far as anything outside can tell)
+              [,progress=P]               ... redrawing a tqdm-style bar with '\r' every P seconds
+                                          and no newline until done: alive only through its output
 
 Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
 nothing in processes that never do. The blocking functions have telling names
@@ -58,14 +62,28 @@ def kit_fault_hang_collective(rank: int) -> None:
         time.sleep(3600)
 
 
-def kit_fault_slow_load(path: str, seconds: float) -> None:
-    """Read and hash the weights file over and over: CPU time grows, nothing is printed."""
+def kit_fault_slow_load(path: str, seconds: float, busy: bool = True, progress: float = 0.0) -> None:
+    """Spend `seconds` before loading: hashing the weights file over and over (CPU time grows), or
+    sleeping; with `progress`, redraw a bar on stderr with '\\r' the way tqdm does."""
     import hashlib
 
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with open(path, "rb") as handle:
-            hashlib.sha256(handle.read()).hexdigest()
+    started = time.monotonic()
+    deadline = started + seconds
+    next_draw = started
+    while (now := time.monotonic()) < deadline:
+        if progress and now >= next_draw:
+            done = int(100 * (now - started) / seconds)
+            sys.stderr.write(f"\rkit fault slow-load: {done:3d}%|{'#' * (done // 10):10s}| waiting")
+            sys.stderr.flush()
+            next_draw = now + progress
+        if busy:
+            with open(path, "rb") as handle:
+                hashlib.sha256(handle.read()).hexdigest()
+        else:
+            time.sleep(min(0.2, max(0.0, deadline - now)))
+    if progress:
+        sys.stderr.write("\rkit fault slow-load: 100%|##########| done\n")
+        sys.stderr.flush()
 
 
 def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
@@ -106,12 +124,14 @@ def _patch_safetensors(module, kind: str, params: dict[str, str]) -> None:
 
     else:  # slow-load
         seconds = float(params.get("seconds", "90"))
+        busy = params.get("busy", "1") not in ("0", "false")
+        progress = float(params.get("progress", "0"))
         slowed: set[str] = set()
 
         def safe_open(filename, *args, **kwargs):
             if str(filename) not in slowed:
                 slowed.add(str(filename))
-                kit_fault_slow_load(str(filename), seconds)
+                kit_fault_slow_load(str(filename), seconds, busy, progress)
             return original(filename, *args, **kwargs)
 
     module.safe_open = safe_open

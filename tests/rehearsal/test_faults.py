@@ -47,3 +47,13 @@ def test_an_armed_fault_waits_for_its_module_and_an_unknown_one_says_so():
     assert armed.stdout.strip() == "['safetensors']"
     unknown = load_in_fresh_interpreter({"KIT_FAULT": "melt-gpu"})
     assert "unknown KIT_FAULT 'melt-gpu'" in unknown.stderr
+
+
+def test_slow_load_can_sleep_and_redraw_a_bar_with_carriage_returns(tmp_path, capsys):
+    faults = load_faults()
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"0" * 16)
+    faults.kit_fault_slow_load(str(weights), 0.5, busy=False, progress=0.1)
+    err = capsys.readouterr().err
+    assert err.count("\r") >= 3 and err.endswith("done\n")
+    assert err.count("\n") == 1  # one newline, at the end: the bar itself is only redrawn

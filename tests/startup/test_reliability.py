@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -88,13 +87,12 @@ def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback
         [*KIT, "up", "tiny"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 120
-        while not new_servers():
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-            time.sleep(0.5)
-        time.sleep(3)
+        for line in proc.stdout:  # mid start-up: after the first milestone line, whenever it comes
+            if " init.begin" in line:
+                break
+        assert new_servers(), proc.communicate()
         proxy.close()
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate()  # the kit notices the engine is gone and ends
     finally:
         proxy.close()
         if proc.poll() is None:
@@ -106,7 +104,7 @@ def test_the_engine_going_away_is_one_line_naming_the_container_and_no_traceback
     assert "the Docker engine stopped answering" in error_lines[0]
     name = new_servers()[0].name  # the engine never really left: the container is there to be named
     assert name in error_lines[0]
-    assert "kit down --all" in error_lines[0]
+    assert f"'kit down {name}'" in error_lines[0]  # that container only: the engine may be shared
 
 
 def test_a_kept_container_can_be_watched_listed_logged_and_brought_down(new_servers):
@@ -120,13 +118,13 @@ def test_a_kept_container_can_be_watched_listed_logged_and_brought_down(new_serv
     assert up.returncode == 4 and result["container_removed"] is False
     name = result["container"]
 
-    listed = subprocess.run([*KIT, "ps", "--json"], capture_output=True, text=True, timeout=60, check=True)
+    listed = subprocess.run([*KIT, "ps", "--json"], capture_output=True, text=True, timeout=300, check=True)
     rows = json.loads(listed.stdout)
     assert [r["target"] for r in rows if r["name"] == name] == ["tiny"]
 
     # kit watch replays the log of a container it did not start, and names the same hang.
     watched = subprocess.run(
-        [*KIT, "watch", name, "--json", "--stall", "init=5"], capture_output=True, text=True, timeout=120
+        [*KIT, "watch", name, "--json", "--stall", "init=5"], capture_output=True, text=True, timeout=600
     )
     verdict = json.loads([line for line in watched.stdout.splitlines() if '"type":"result"' in line][-1])
     assert watched.returncode == 4, watched.stdout + watched.stderr
@@ -134,16 +132,16 @@ def test_a_kept_container_can_be_watched_listed_logged_and_brought_down(new_serv
     assert verdict["missing_ranks"] == ["TP1"]
     assert verdict["container_removed"] is False
 
-    logs = subprocess.run([*KIT, "logs", name, "--tail", "50"], capture_output=True, text=True, timeout=60)
+    logs = subprocess.run([*KIT, "logs", name, "--tail", "50"], capture_output=True, text=True, timeout=300)
     assert "Init parallel begin" in logs.stdout
 
-    down = subprocess.run([*KIT, "down", name], capture_output=True, text=True, timeout=60)
+    down = subprocess.run([*KIT, "down", name], capture_output=True, text=True, timeout=300)
     assert down.returncode == 0 and f"removed {name}" in down.stdout
     assert not new_servers()
 
 
 def test_down_with_nothing_named_is_one_line_exit_2():
-    proc = subprocess.run([*KIT, "down"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*KIT, "down"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("kit: error: CONTAINERS: nothing to remove")
     assert proc.stderr.count("\n") == 1

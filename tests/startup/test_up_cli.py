@@ -161,7 +161,7 @@ def test_kit_up_started_with_sigint_ignored_can_still_be_interrupted(new_servers
 
 
 def test_unknown_target_is_one_line_and_exit_2():
-    proc = subprocess.run([*KIT, "up", "no-such-thing"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*KIT, "up", "no-such-thing"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "unknown target 'no-such-thing'" in proc.stderr
