@@ -33,8 +33,8 @@ def _print_result(result, out) -> None:
     out.print(lines[0], style=style, markup=False, highlight=False)
     for line in lines[1:]:
         out.print(line, markup=False, highlight=False)
-    if result.timeline:
-        phases: dict[str, float] = {}
+    if result.timeline or result.launch_s is not None:
+        phases: dict[str, float] = {} if result.launch_s is None else {"launch": result.launch_s}
         for span in result.timeline:
             if span.phase != "serving":  # start-up phases only
                 phases[span.phase] = max(phases.get(span.phase, 0.0), span.elapsed_s)

@@ -27,22 +27,48 @@ def _mb(value: int | None) -> str:
     return "-" if value is None else f"{value / 1e6:.0f} MB"
 
 
-def status_line(progress: Progress) -> str:
+# Before the first milestone SGLang imports itself, checks its arguments and starts the schedulers:
+# tens of seconds with little or no output. Say so instead of showing an empty table.
+_LAUNCH = "starting SGLang: imports, argument checks, scheduler processes"
+HEARTBEAT_S = 15.0  # plain logs: a status line when nothing else was printed for this long
+
+
+def _activity(progress: Progress) -> str:
     sample = progress.sample
-    cpu = "-" if sample is None or sample.cpu_seconds is None else f"{sample.cpu_seconds:.1f} s"
-    read = "-" if sample is None else _mb(sample.read_bytes)
+    if sample is None:
+        return "cpu -  read -"
+    parts = [
+        f"cpu {'-' if sample.cpu_seconds is None else f'{sample.cpu_seconds:.1f} s'}",
+        f"read {_mb(sample.read_bytes)}",
+    ]
+    if sample.net_rx_bytes:
+        parts.append(f"net {_mb(sample.net_rx_bytes)}")
+    if sample.gpu_mem_bytes is not None:
+        util = "/".join("-" if u is None else str(u) for u in sample.gpu_util) or "-"
+        parts.append(f"gpu mem {sample.gpu_mem_bytes / (1 << 30):.1f} GiB util {util} %")
+    return "  ".join(parts)
+
+
+def status_line(progress: Progress) -> str:
     window = "-" if progress.stall_window is None else f"{progress.stall_window:.0f} s"
     return (
-        f"{progress.container}  {progress.elapsed:5.1f} s  stage {progress.tracker.stage}  "
-        f"quiet {progress.quiet_for:4.1f} s / window {window}  cpu {cpu}  read {read}"
+        f"{progress.container}  {progress.elapsed:5.1f} s  stage {progress.tracker.stage} "
+        f"{progress.in_stage:5.1f} s  quiet {progress.quiet_for:4.1f} s / window {window}  "
+        f"{_activity(progress)}"
     )
+
+
+def _clip(line: str | None, width: int = 100) -> str:
+    text = (line or "").strip()
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def rank_table(progress: Progress) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("rank", "phase", "in phase", "last milestone"):
         table.add_column(column)
-    for state in progress.tracker.rank_states:
+    states = progress.tracker.rank_states
+    for state in states:
         phase = state.phase.value if state.phase else "-"
         table.add_row(
             state.label,
@@ -50,6 +76,8 @@ def rank_table(progress: Progress) -> Table:
             f"{max(0.0, progress.now - state.phase_since):6.1f} s",
             state.milestone.value if state.milestone else "-",
         )
+    if not states:
+        table.add_row("main", Text("launch", style="dim"), f"{progress.in_stage:6.1f} s", _LAUNCH)
     return table
 
 
@@ -64,6 +92,7 @@ class LiveView:
         self._live: Live | None = None
         self._last_stage: str | None = None
         self._last_json_sample = 0.0
+        self._said_at = 0.0
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
         self._shown: set[tuple[str, str]] = set()
 
@@ -97,23 +126,36 @@ class LiveView:
             self._json(progress)
         elif self._live:
             self._live.update(
-                Group(Text(self.title, style="bold"), Text(status_line(progress)), rank_table(progress))
+                Group(
+                    Text(self.title, style="bold"),
+                    Text(status_line(progress)),
+                    rank_table(progress),
+                    Text(f"last: {_clip(progress.last_line)}", style="dim"),
+                )
             )
         else:
             self._plain(progress)
 
+    def _say(self, progress: Progress, text: str) -> None:
+        self.console.print(f"{progress.elapsed:7.1f} s  {text}", markup=False, highlight=False)
+        self._said_at = progress.now
+
     def _plain(self, progress: Progress) -> None:
         for event in progress.events:
             if event.milestone is not None and self._first_time(event):
-                self.console.print(
-                    f"{progress.elapsed:7.1f} s  {event.rank_label:8} {event.milestone.value}",
-                    markup=False,
-                    highlight=False,
-                )
+                self._say(progress, f"{event.rank_label:8} {event.milestone.value}")
         stage = progress.tracker.stage
         if stage != self._last_stage:
             self._last_stage = stage
-            self.console.print(f"{progress.elapsed:7.1f} s  stage {stage}", markup=False, highlight=False)
+            self._say(progress, f"stage {stage}" + (f" ({_LAUNCH})" if stage == "launch" else ""))
+        elif stage != "serving" and progress.now - self._said_at >= HEARTBEAT_S:
+            # CI logs: what is happening and for how long, when nothing else was said for a while.
+            window = "-" if progress.stall_window is None else f"{progress.stall_window:.0f} s"
+            self._say(
+                progress,
+                f"  {stage} for {progress.in_stage:.0f} s, quiet {progress.quiet_for:.0f} s of {window}; "
+                f"{_activity(progress)}; last: {_clip(progress.last_line, 80)}",
+            )
 
     def _json(self, progress: Progress) -> None:
         for event in progress.events:
@@ -136,7 +178,12 @@ class LiveView:
                     "t": round(progress.elapsed, 3),
                     "stage": progress.tracker.stage,
                     "quiet_s": round(progress.quiet_for, 1),
+                    "in_stage_s": round(progress.in_stage, 1),
                     "cpu_s": progress.sample.cpu_seconds,
                     "read_bytes": progress.sample.read_bytes,
+                    "net_rx_bytes": progress.sample.net_rx_bytes,
+                    "gpu_mem_bytes": progress.sample.gpu_mem_bytes,
+                    "gpu_util": list(progress.sample.gpu_util),
+                    "last_line": _clip(progress.last_line, 200),
                 }
             )

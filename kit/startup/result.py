@@ -53,6 +53,8 @@ class UpResult:
     exit_code: int
     phase: str | None = None
     startup_s: float | None = None
+    launch_s: float | None = None
+    """From the server's start to its first milestone: imports, argument checks, scheduler start."""
     first_token_s: float | None = None
     first_token_endpoint: str | None = None
     first_token_in: str | None = None

@@ -93,6 +93,8 @@ def _result(
         "missing_ranks": missing,
         "likely_causes": causes_for(verdict, tracker, stacks, device, extra.get("gpus")),
     }
+    starts = [span.start for span in tracker.timeline]
+    fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
     if isinstance(verdict, Ready):
         fields["startup_s"] = round(verdict.at - tracker.started_at, 2)
     elif isinstance(verdict, Hung):

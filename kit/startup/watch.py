@@ -26,6 +26,7 @@ class Progress:
     sample: ActivitySample | None
     container: str
     lines: int = 0  # output lines (and `\r` progress segments) seen so far
+    last_line: str | None = None  # the newest of them: what the server is doing right now
 
     @property
     def elapsed(self) -> float:
@@ -34,6 +35,13 @@ class Progress:
     @property
     def quiet_for(self) -> float:
         return max(0.0, self.now - self.tracker.last_activity_at)
+
+    @property
+    def in_stage(self) -> float:
+        """How long the current stage has lasted (launch counts from the server's start)."""
+        tracker = self.tracker
+        since = tracker.started_at if tracker.phase is None else tracker.phase_since
+        return max(0.0, self.now - since)
 
     @property
     def stall_window(self) -> float | None:
@@ -101,7 +109,13 @@ class Watcher:
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
         progress = Progress(
-            self.tracker, now, tuple(events), sample or self._last_sample, source.name, self.line_count
+            self.tracker,
+            now,
+            tuple(events),
+            sample or self._last_sample,
+            source.name,
+            self.line_count,
+            self.lines[-1] if self.lines else None,
         )
         return progress, verdict
 

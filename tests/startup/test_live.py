@@ -9,7 +9,7 @@ from contextlib import redirect_stdout
 from rich.console import Console
 
 from kit.logs import PhaseLimits, Tracker, parse_text
-from kit.startup.live import LiveView, status_line
+from kit.startup.live import LiveView, rank_table, status_line
 from kit.startup.watch import Progress
 
 LOG = """\
@@ -68,3 +68,40 @@ def test_json_lines_are_one_object_per_line():
     objects = [json.loads(line) for line in buffer.getvalue().splitlines()]
     assert objects and all(o["type"] == "milestone" for o in objects)
     assert {(o["rank"], o["milestone"]) for o in objects} >= {("TP0", "init.begin"), ("main", "ready")}
+
+
+def _launch_progress(now: float, line: str | None = "Loading tokenizer...") -> Progress:
+    tracker = Tracker.start(PhaseLimits(expected_ranks=2), 0.0)
+    return Progress(tracker, now, (), None, "kit-tiny-test", 3, line)
+
+
+def test_the_launch_stage_says_what_happens_instead_of_an_empty_table():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160)
+    console.print(rank_table(_launch_progress(23.0)))
+    text = out.getvalue()
+    assert "launch" in text and "23.0 s" in text and "imports" in text
+
+
+def test_plain_logs_get_a_heartbeat_while_nothing_else_is_said():
+    out = io.StringIO()
+    with LiveView(Console(file=out, force_terminal=False, width=200), title="kit up tiny") as view:
+        for now in (0.5, 5.0, 10.0, 16.0, 20.0, 31.5):
+            view.update(_launch_progress(now))
+    lines = [line for line in out.getvalue().splitlines() if "launch for" in line]
+    assert len(lines) == 2  # at 16 s and 31.5 s: one per 15 s of silence
+    assert "launch for 16 s" in lines[0] and "last: Loading tokenizer..." in lines[0]
+    assert "stage launch (starting SGLang" in out.getvalue()
+
+
+def test_json_activity_lines_carry_the_stage_time_and_the_last_line():
+    from kit.logs import ActivitySample
+
+    base = _launch_progress(12.0)
+    step = Progress(base.tracker, 12.0, (), ActivitySample(t=12.0, cpu_seconds=9.0), "c", 3, "importing")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer), LiveView(Console(file=io.StringIO()), title="t", as_json=True) as view:
+        view.update(step)
+    activity = json.loads(buffer.getvalue().splitlines()[-1])
+    assert activity["type"] == "activity" and activity["in_stage_s"] == 12.0
+    assert activity["last_line"] == "importing" and activity["cpu_s"] == 9.0
