@@ -29,6 +29,7 @@ from docker.models.containers import Container
 from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
 from kit.runtime import server as runtime
+from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
 from kit.runtime.source import LineSplitter, ProcessStack, SourceState
 
@@ -168,6 +169,11 @@ class DockerSource:
         wall, mono = time.time(), time.monotonic()
         self._to_mono = lambda w: w + (mono - wall)
         self.started_at = self._started_at(mono)
+        self._replacements = 0
+        self._last_exit: int | None = None
+        # A supervisor outside Docker (systemd's Restart=on-failure runs a new container under the
+        # same name each time) declares its policy with this label; Docker's own policy needs none.
+        self._supervisor_policy = container.labels.get(LABEL_RESTART)
         self._restarts = self._restart_count()
         self._output = ContainerOutput(container, self._to_mono, after_wall=None)
         self._base_url: str | None = None
@@ -178,7 +184,8 @@ class DockerSource:
         return mono_now if wall is None else min(mono_now, self._to_mono(wall))
 
     def _restart_count(self) -> int:
-        return int(self.container.attrs.get("RestartCount") or 0)
+        """Restarts in place (the engine's restart policy) plus replacements under the same name."""
+        return int(self.container.attrs.get("RestartCount") or 0) + self._replacements
 
     # -- clock ------------------------------------------------------------------------------------
 
@@ -232,12 +239,34 @@ class DockerSource:
             t=t, cpu_seconds=cpu, read_bytes=read, net_rx_bytes=rx, gpu_mem_bytes=gpu_mem, gpu_util=gpu_util
         )
 
+    def _replacement(self) -> Container | None:
+        """A new container under the watched name (its supervisor started it again), if there is one."""
+        try:
+            found = self.container.client.containers.get(self.name)
+        except (DockerException, requests.RequestException):
+            return None
+        return found if found.id != self.container.id else None
+
     def state(self) -> SourceState:
         """Raises EnvironmentProblem when the engine itself stopped answering."""
         try:
             self.container.reload()
         except NotFound:
-            return SourceState(False, gone=True)
+            successor = self._replacement() if self._supervisor_policy else None
+            if successor is None:
+                return SourceState(
+                    False,
+                    exit_code=self._last_exit,  # how the removed run ended decides a restart
+                    gone=True,
+                    restart_policy=self._supervisor_policy,
+                    replaced_by_name=True,
+                )
+            self._output.close()
+            self.container = successor
+            self._replacements += 1
+            self._restarts = self._restart_count()
+            self._output = ContainerOutput(successor, self._to_mono, after_wall=None)
+            return self.state()
         except (DockerException, requests.RequestException) as exc:
             raise EnvironmentProblem(
                 "the Docker engine stopped answering while watching the server",
@@ -247,12 +276,15 @@ class DockerSource:
         state = attrs.get("State") or {}
         running = bool(state.get("Running")) and not state.get("Restarting")
         policy = ((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no"
+        by_name = policy == "no" and self._supervisor_policy is not None
+        self._last_exit = None if running else state.get("ExitCode")
         return SourceState(
             running=running,
             exit_code=None if running else state.get("ExitCode"),
             oom_killed=bool(state.get("OOMKilled")),
             restarts=self._restart_count(),
-            restart_policy=policy,
+            restart_policy=self._supervisor_policy if by_name else policy,
+            replaced_by_name=by_name,
         )
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------

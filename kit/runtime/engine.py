@@ -16,6 +16,8 @@ LABEL_MANAGED = "io.kit.managed"
 LABEL_TARGET = "io.kit.target"
 LABEL_IMAGE = "io.kit.image"
 LABEL_SESSION = "io.kit.session"
+# The restart policy of a supervisor outside Docker (systemd), which replaces the container by name.
+LABEL_RESTART = "io.kit.restart"
 
 
 @functools.cache

@@ -32,11 +32,12 @@ class SourceState:
     gone: bool = False
     restarts: int = 0
     restart_policy: str | None = None  # "no", "on-failure", "always", "unless-stopped"
+    replaced_by_name: bool = False  # the supervisor starts a new container under the same name
 
     @property
     def restarting(self) -> bool:
         """A stopped server that its supervisor will start again (a restart policy that applies)."""
-        if self.running or self.gone or self.oom_killed:
+        if self.running or self.oom_killed or (self.gone and not self.replaced_by_name):
             return False
         if self.restart_policy in ("always", "unless-stopped"):
             return True

@@ -15,8 +15,10 @@ Markers
     missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
     durations and first-token times become JUnit properties.
 
-Containers carry the label io.kit.session=<this run>; they are removed by label at the end, so
-testcontainers' Ryuk reaper (an image that needs a registry) is not needed and is off by default.
+Containers carry the label io.kit.session=<this run> and are removed by label at the end. On top,
+testcontainers' Ryuk reaper (which also removes them if pytest itself is killed) stays on wherever its
+image is present or can be pulled; where no registry answers it is switched off, and the label
+cleanup is what remains. TESTCONTAINERS_RYUK_DISABLED set by you always wins.
 """
 
 from __future__ import annotations
@@ -53,8 +55,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs a running Docker engine")
     config.addinivalue_line("markers", "gpu: needs NVIDIA GPUs (and the GPU image)")
-    # Cleanup is by label (below); Ryuk's image cannot be pulled where no registry answers.
-    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
+        os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "false" if ryuk_available() else "true"
+
+
+def ryuk_available() -> bool:
+    """Can testcontainers' reaper run here: its image present, or pulled now (fails fast offline)?"""
+    try:
+        from docker.errors import ImageNotFound
+        from testcontainers.core.config import testcontainers_config
+
+        from kit.runtime.engine import client
+
+        engine = client()
+        image = testcontainers_config.ryuk_image
+        try:
+            engine.images.get(image)
+        except ImageNotFound:
+            engine.images.pull(image)
+    except Exception:  # no engine, no registry, no such image: the label cleanup stands alone
+        return False
+    return True
 
 
 def docker_missing() -> str | None:
