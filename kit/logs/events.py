@@ -39,7 +39,8 @@ class Phase(StrEnum):
 
 
 class Note(StrEnum):
-    """Lines worth keeping as evidence that are not start-up steps (NCCL progress, shutdown)."""
+    """Lines worth keeping as evidence that are not start-up steps (NCCL progress, shutdown), and
+    the launch line that opens each launch attempt."""
 
     NCCL_VERSION = "nccl.version"
     NCCL_CONNECTED = "nccl.connected"
@@ -50,6 +51,7 @@ class Note(StrEnum):
     GLOO_CONNECTED = "gloo.connected"
     MAMBA_READY = "memory.mamba"
     SHUTDOWN = "shutdown"
+    LAUNCH = "launch"  # the launcher's once-per-start line (server_args=...): a new attempt
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.

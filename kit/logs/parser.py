@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.logs.events import Event, Milestone
-from kit.logs.patterns import TRACEBACK_START, Pattern, PatternSet, default_patterns
+from kit.logs.events import Event, Milestone, Note
+from kit.logs.launch import launch_fields
+from kit.logs.patterns import TRACEBACK_FRAME, TRACEBACK_START, Pattern, PatternSet, default_patterns
 from kit.logs.prefix import sglang_prefix, strip_wrappers
 
 # The last line of a traceback: an exception class name, optionally dotted, then ": message".
@@ -31,6 +32,11 @@ class _PendingTraceback:
     line_no: int
     opener: str
     lines: list[str] = field(default_factory=list)
+    headless: bool = False  # a pasted tail that starts at a frame, without the opener
+
+
+def _is_frame(line: str) -> bool:
+    return strip_wrappers(line).lstrip().startswith(TRACEBACK_FRAME)
 
 
 def _traceback_step(line: str) -> int:
@@ -122,6 +128,9 @@ class LogParser:
         if TRACEBACK_START in line:
             self._pending = _PendingTraceback(self._line_no, line, [line])
             return events
+        if TRACEBACK_FRAME in line and _is_frame(line):
+            self._pending = _PendingTraceback(self._line_no, line, [line], headless=True)
+            return events
         event = self._classify(line)
         if event is not None:
             events.append(event)
@@ -151,6 +160,14 @@ class LogParser:
                 fields[name] = self._typed(name, value.strip())
         if pattern.kind:
             fields["kind"] = pattern.kind
+        if pattern.note is Note.LAUNCH:
+            # A new launch: its arguments say which ranks to expect, and "once" lines count again.
+            fields.update(launch_fields(line))
+            self._seen_once.clear()
+        elif pattern.milestone is Milestone.ERROR:
+            hint = self._patterns.phase_of(line)
+            if hint is not None:
+                fields["phase_hint"] = hint.value
         return Event(
             line_no=self._line_no,
             time=time,
@@ -178,14 +195,23 @@ class LogParser:
         pending, self._pending = self._pending, None
         assert pending is not None
         opener = pending.opener
-        at = opener.find(TRACEBACK_START)
-        time, rank = sglang_prefix(opener, at)
-        # SGLang's scheduler logs its fatal exception as "Scheduler hit an exception: Traceback ...".
-        scheduler = "Scheduler hit an exception" in opener
-        fields: dict[str, Any] = {"kind": "scheduler_exception" if scheduler else "traceback"}
+        at = -1 if pending.headless else opener.find(TRACEBACK_START)
+        time, rank = sglang_prefix(opener, at if at >= 0 else None)
+        fields: dict[str, Any] = {"kind": "traceback"}
+        fatal = False
+        # The opener's own words may be a fatal error line: "Scheduler hit an exception: Traceback
+        # ...", "Initialization failed. warmup error: Traceback ...".
+        head = self._classify(opener[:at]) if at > 0 else None
+        if head is not None and head.milestone is Milestone.ERROR and head.fatal:
+            fields["kind"], fatal = head.fields.get("kind", "traceback"), True
+        if pending.headless:
+            fields["headless"] = True
         if exception:
             fields["exception"] = exception
         fields["traceback"] = "\n".join(pending.lines)
+        hint = self._patterns.phase_of(fields["traceback"])
+        if hint is not None:
+            fields["phase_hint"] = hint.value
         return Event(
             line_no=pending.line_no,
             time=time,
@@ -194,7 +220,7 @@ class LogParser:
             fields=fields,
             text=opener,
             dialect="errors",
-            fatal=scheduler,
+            fatal=fatal,
         )
 
 

@@ -3,7 +3,8 @@
 SGLang prefixes each record with `[YYYY-MM-DD HH:MM:SS(.mmm)( DPn)( PPn)( TPn)( EPn)]` (no rank
 part in the main process or, in recent releases, when tp=1); very old releases print `[HH:MM:SS
 TPn]` or `[gpu_id=N]`. Collectors add their own wrappers in front: docker/kubectl `--timestamps`
-(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, `srun -l` (`3: `), Ray (`(SchedulerActor
+(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, journald's `Mon DD HH:MM:SS host unit[pid]: `,
+`srun -l` (`3: `), Ray (`(SchedulerActor
 pid=123) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
 (`INFO:     `, vLLM's `INFO 12-02 13:46:15 file.py:12] `).
 
@@ -34,6 +35,7 @@ _WRAPPERS = re.compile(
     r"""(?:
         \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]         # --timestamps
       | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]                         # Docker Desktop
+      | [A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\S+[ ][^\s:\[]+(?:\[\d+\])?:[ ]  # journald
       | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
       | \([\w.-]+[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]                             # Ray actor
       | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l

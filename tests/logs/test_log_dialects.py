@@ -251,7 +251,51 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
         Milestone.ERROR,
         "errors",
-        {"kind": "runtime_error"},
+        {"kind": "runtime_error", "phase_hint": "memory"},
+    ),
+    # A Chinese-locale shell reports SIGKILL this way (sglang#16855).
+    ("已杀死", Milestone.ERROR, "errors", {"kind": "killed"}),
+    # Piecewise CUDA graphs (0.5.x): lines from a 2x RTX 3090 0.5.12 run and an issue's log.
+    (
+        "[2026-06-11 05:11:58 TP1] Capture piecewise CUDA graph begin. avail mem=0.08 GB",
+        Milestone.CAPTURE_BEGIN,
+        "piecewise",
+        {"avail_mem_gb": 0.08},
+    ),
+    (
+        "[2026-06-08 17:25:21] Capture piecewise CUDA graph end. Time elapsed: 22.90 s. mem usage=1.29 GB."
+        " avail mem=17.97 GB.",
+        Milestone.CAPTURE_END,
+        "piecewise",
+        {"elapsed_s": 22.9, "mem_gb": 1.29},
+    ),
+    # Launch lines: one per start; their parallel sizes say which ranks to expect.
+    (
+        "[2026-02-27 14:32:58] server_args=ServerArgs(model_path='/app/models/Deepseek-R1/', tp_size=16,"
+        " pp_size=1, dp_size=1, enable_dp_attention=False, nnodes=2, node_rank=0, moe_dense_tp_size=None)",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "server_args", "tp": 16, "pp": 1, "dp": 1, "nnodes": 2, "node_rank": 0},
+    ),
+    (
+        "INFO 08-06 10:21:03 api_server.py:339] vLLM API server version 0.5.4",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "vllm_version"},
+    ),
+    (
+        "INFO 08-06 10:21:03 api_server.py:340] args: Namespace(host=None, port=8000,"
+        " tensor_parallel_size=2, pipeline_parallel_size=1)",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "vllm_args", "tp": 2, "pp": 1},
+    ),
+    (
+        "(APIServer pid=1) INFO 07-21 08:22:00 [utils.py:326] non-default args: {'model':"
+        " 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "vllm_args", "tp": 2, "model": "Qwen/Qwen3-8B"},
     ),
 ]
 
