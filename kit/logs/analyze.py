@@ -104,22 +104,17 @@ class AnalysisReport(_Frozen):
 def replay(events: list[Event], base: datetime | None, limits: PhaseLimits | None = None):
     """Events on the log's own clock through the attempt splitter.
 
-    Returns (attempts, t, first) where t is the last time (seconds since `base`) and `first` the
-    index of the judged attempt's first event.
+    Returns (attempts, t): t is the last time seen (seconds since `base`).
     """
-    attempts = Attempts.start(limits, 0.0)
+    timed: list[tuple[Event, float]] = []
     t = 0.0
-    first = 0
-    for index, event in enumerate(events):
+    for event in events:
         if event.time is not None and base is not None:
             seconds = (event.time - base).total_seconds()
             if seconds > t:  # log order wins over clock jitter
                 t = seconds
-        number = attempts.number
-        attempts = attempts.observe_event(event, t)
-        if attempts.number != number:
-            first = index
-    return attempts, t, first
+        timed.append((event, t))
+    return Attempts.start(limits, 0.0).observe_timed(timed), t
 
 
 def analyze_text(
@@ -128,9 +123,9 @@ def analyze_text(
     events = parse_text(text)
     # Time zero is the launcher's first stamped line, so start-up time includes imports and args.
     base = first_time(text) or next((e.time for e in events if e.time is not None), None)
-    attempts, t, first = replay(events, base, limits)
+    attempts, t = replay(events, base, limits)
     tracker = attempts.current
-    own = events[first:]
+    own = [e for e in events if e.line_no >= attempts.first_line] if attempts.number > 1 else events
     verdict = tracker.verdict(t, ended=True)
     outcome: Outcome = (
         "ready" if isinstance(verdict, Ready) else "crashed" if isinstance(verdict, Crashed) else "hung"
@@ -162,7 +157,7 @@ def analyze_text(
         attempt=AttemptBlock(
             number=attempts.number,
             count=attempts.count,
-            first_line=own[0].line_no if first and own else 1,
+            first_line=attempts.first_line,
             summary=attempts.summary(),
             earlier=[
                 AttemptRow(

@@ -64,6 +64,7 @@ class Attempts:
     earlier: tuple[AttemptSummary, ...] = ()
     launch_kinds: frozenset[str] = frozenset()  # launch lines the current attempt already saw
     progressed: bool = False  # the current attempt printed a milestone or an error
+    first_line: int = 1  # the log line where the current attempt began (its launch line)
 
     @classmethod
     def start(cls, limits: PhaseLimits | None = None, t: float = 0.0) -> Attempts:
@@ -91,7 +92,7 @@ class Attempts:
         if event.note is Note.LAUNCH:
             kind = str(event.fields.get("kind", "launch"))
             if self.progressed or kind in self.launch_kinds:
-                return self._next(t).observe_event(event, t)
+                return self._next(t, event.line_no).observe_event(event, t)
             return self._evolve(
                 current=self.current.observe_event(event, t), launch_kinds=self.launch_kinds | {kind}
             )
@@ -99,6 +100,28 @@ class Attempts:
         if not self.progressed and (event.milestone is not None):
             return self._evolve(current=current, progressed=True)
         return self._evolve(current=current)
+
+    def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Attempts:
+        """Many (event, time) pairs at once (an offline log): each attempt's tracker is opened once
+        and frozen once, the same result as observing the events one by one."""
+        attempts = self
+        batch: list[tuple[Event, float]] = []
+
+        def flush() -> Attempts:
+            if not batch:
+                return attempts
+            current = attempts.current.observe_timed(batch)
+            progressed = attempts.progressed or any(e.milestone is not None for e, _ in batch)
+            batch.clear()
+            return attempts._evolve(current=current, progressed=progressed)
+
+        for event, t in timed:
+            if event.note is Note.LAUNCH:
+                attempts = flush()
+                attempts = attempts.observe_event(event, t)
+            else:
+                batch.append((event, t))
+        return flush()
 
     def observe_sample(self, sample: ActivitySample) -> Attempts:
         return self._evolve(current=self.current.observe_sample(sample))
@@ -126,8 +149,8 @@ class Attempts:
         """Attempts seen so far (the current one is the last)."""
         return self.number
 
-    def _next(self, t: float) -> Attempts:
-        """Close the current attempt at `t` (the next launch line) and start a fresh tracker."""
+    def _next(self, t: float, line_no: int) -> Attempts:
+        """Close the current attempt at `t` (the next launch line, at `line_no`); start afresh."""
         tracker = self.current
         ended_at = max(tracker.started_at, tracker.last_activity_at)
         verdict = tracker.verdict(ended_at, ended=True)
@@ -144,6 +167,7 @@ class Attempts:
             limits=self.limits,
             current=Tracker.start(self.limits, t),
             earlier=(*self.earlier, summary),
+            first_line=line_no,
         )
 
     def summary(self) -> str:

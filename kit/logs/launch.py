@@ -24,7 +24,7 @@ _INT_ARGS = {
     "nnodes": re.compile(r"(?<![\w.])nnodes" + _VALUE),
     "node_rank": re.compile(r"(?<![\w.])node_rank" + _VALUE),
 }
-_DP_ATTENTION = re.compile(r"(?<![\w.])enable_dp_attention=(True|False)")
+_DP_ATTENTION = re.compile(r"""(?<![\w.])enable_dp_attention['"]?(?:=|:\s*)(True|False)""")
 _MODEL = re.compile(r"""(?<![\w.])['"]?(?:model_path|model)['"]?(?:=|:\s*)'([^']*)'""")
 
 

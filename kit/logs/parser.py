@@ -78,7 +78,6 @@ class LogParser:
     def feed_text(self, text: str) -> list[Event]:
         """Read a buffer: the same events as feeding each piece of `text.split("\\n")`."""
         events: list[Event] = []
-        search = self._search
         size = len(text)
         pos = 0
         while pos <= size:
@@ -88,7 +87,7 @@ class LogParser:
                 events.extend(self._feed_one(text[pos:end]))
                 pos = end + 1
                 continue
-            hit = search(text, pos)
+            hit = self._search(text, pos)  # narrows as `once` lines are seen
             if hit is None:
                 self._line_no += text.count("\n", pos) + 1
                 break
@@ -149,6 +148,7 @@ class LogParser:
                 if found is not None:
                     if pattern.once:
                         self._seen_once.add(pattern)
+                        self._search = self._patterns.scan_without(frozenset(self._seen_once)).search
                     return self._event(pattern, found, line, hit.start())
         return None
 
@@ -164,6 +164,7 @@ class LogParser:
             # A new launch: its arguments say which ranks to expect, and "once" lines count again.
             fields.update(launch_fields(line))
             self._seen_once.clear()
+            self._search = self._patterns.scan.search
         elif pattern.milestone is Milestone.ERROR:
             hint = self._patterns.phase_of(line)
             if hint is not None:

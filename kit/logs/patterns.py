@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -57,6 +57,25 @@ class PatternSet:
     float_fields: frozenset[str]
     int_fields: frozenset[str]
     exception_phases: tuple[ExceptionPhase, ...] = ()
+    _narrowed: dict[frozenset[Pattern], re.Pattern[str]] = field(default_factory=dict, compare=False)
+
+    def scan_without(self, seen_once: frozenset[Pattern]) -> re.Pattern[str]:
+        """The scan minus the scan strings whose patterns are all `once` and already seen.
+
+        NCCL prints one `via P2P/` line per channel, thousands per start; once the first was
+        read they need not reach Python at all. Cached per set (there are few once patterns).
+        """
+        if not seen_once:
+            return self.scan
+        narrowed = self._narrowed.get(seen_once)
+        if narrowed is None:
+            keep = [
+                scan
+                for scan, patterns in self.by_scan.items()
+                if not patterns or not all(p.once and p in seen_once for p in patterns)
+            ]
+            narrowed = self._narrowed[seen_once] = re.compile(_trie_regex(sorted(keep)))
+        return narrowed
 
     def phase_of(self, text: str) -> Phase | None:
         """The phase an error's text (traceback or line) points at, or None.

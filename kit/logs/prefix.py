@@ -63,6 +63,7 @@ def _rank(parts: str) -> Rank | None:
     return Rank(**values) if values else None
 
 
+@lru_cache(maxsize=4096)  # ranks print the same second many times over
 def _time(date: str | None, clock: str, frac: str | None) -> datetime | None:
     # Releases that print only the clock get a placeholder date (1900-01-01): durations inside
     # one day stay right, which is all the tracker needs.

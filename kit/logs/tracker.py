@@ -14,6 +14,7 @@ kept as the few summaries verdicts need, not as a growing list.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -144,105 +145,21 @@ class Tracker:
         return self._evolve(last_activity_at=max(self.last_activity_at, t), tail=tail)
 
     def observe_events(self, events: Iterable[Event], t: float) -> Tracker:
-        tracker = self
-        for event in events:
-            tracker = tracker.observe_event(event, t)
-        return tracker
+        return self.observe_timed((event, t) for event in events)
 
     def observe_event(self, event: Event, t: float) -> Tracker:
         """One parsed event seen at time `t` (its line also counts as log activity)."""
-        seq = self.seq + 1
-        last = self.last_activity_at if self.last_activity_at >= t else t
-        if event.note is not None:
-            return self._with_note(event, t, seq, last)
-        if event.milestone is Milestone.ERROR:
-            return self._with_error(event, t, seq, last)
-        if event.milestone is not None:
-            return self._with_milestone(event, event.milestone, t, seq, last)
-        return self._evolve(seq=seq, last_activity_at=last)
+        reducer = _Reducer(self)
+        reducer.apply(event, t)
+        return reducer.freeze()
 
-    def _touched(self, event: Event, t: float) -> RankState:
-        """The event's rank (new if unseen) with this line as its latest evidence."""
-        state = self.ranks.get(event.rank_key)
-        if state is None:
-            state = RankState(rank=event.rank, phase_since=t)
-        return RankState(
-            state.rank,
-            state.milestone,
-            state.effective,
-            state.phase,
-            state.phase_since,
-            t,
-            event.time or state.last_time,
-            (*state.evidence, event.text)[-self.limits.evidence_lines :],
-        )
-
-    def _with_note(self, event: Event, t: float, seq: int, last: float) -> Tracker:
-        changes: dict[str, Any] = {"seq": seq, "last_activity_at": last}
-        if event.note is Note.SHUTDOWN:
-            changes["shut_down"] = True
-        elif event.note is Note.LAUNCH and self.launch is None:
-            changes["launch"] = LaunchArgs.from_fields(event.fields)
-        key = event.rank_key
-        if key in self.ranks:  # notes are evidence for ranks already seen, not new ranks
-            ranks = dict(self.ranks)
-            ranks[key] = self._touched(event, t)
-            changes["ranks"] = MappingProxyType(ranks)
-        return self._evolve(**changes)
-
-    def _with_error(self, event: Event, t: float, seq: int, last: float) -> Tracker:
-        ranks = dict(self.ranks)
-        ranks[event.rank_key] = self._touched(event, t)
-        changes: dict[str, Any] = {"seq": seq, "last_activity_at": last, "ranks": MappingProxyType(ranks)}
-        # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
-        if not self.shut_down and (self.ready_seq is None or event.fatal):
-            changes["last_error"] = (seq, t, event)
-            changes["recent_errors"] = (*self.recent_errors, event)[-_RECENT_ERRORS:]
-            if event.fatal:
-                changes["last_fatal_seq"] = seq
-                if self.first_fatal is None:
-                    changes["first_fatal"] = (seq, event)
-        return self._evolve(**changes)
-
-    def _with_milestone(self, event: Event, milestone: Milestone, t: float, seq: int, last: float) -> Tracker:
-        key = event.rank_key
-        ranks = dict(self.ranks)
-        spans = _Spans(self)
-        ranks[key] = spans.advance(self._touched(event, t), milestone, milestone, t)
-        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
-            _carry_to_peers(ranks, event.rank, key, milestone, t, spans)
-        if milestone is Milestone.HTTP_UP or milestone is Milestone.READY:
-            # The front end only comes up once every scheduler finished its start-up.
-            order = MILESTONE_ORDER[milestone]
-            for other, peer in list(ranks.items()):
-                if other != key and peer.effective is not None and MILESTONE_ORDER[peer.effective] < order:
-                    ranks[other] = spans.advance(peer, None, milestone, t)
-        ready = milestone is Milestone.READY
-        all_print = self.all_ranks_print
-        if not event.rank0_only and milestone not in all_print:
-            all_print = all_print | {milestone}
-        changes: dict[str, Any] = {
-            "seq": seq,
-            "last_activity_at": last,
-            "ranks": MappingProxyType(ranks),
-            "progress_seq": seq,
-            "all_ranks_print": all_print,
-            "_marks": _append(self._marks, self._marks_n, (milestone, key)),
-            "_marks_n": self._marks_n + 1,
-            **spans.changes(),
-        }
-        if ready:
-            changes["ready_seq"] = seq
-            changes["ready_at"] = t
-        if milestone is Milestone.HTTP_UP:
-            changes["http_up"] = True
-        phase = _overall_phase(
-            ranks, ready or self.ready_seq is not None, self.http_up or "http_up" in changes
-        )
-        if phase != self.phase:
-            changes["phase"] = phase
-            changes["phase_since"] = t
-        return self._evolve(**changes)
+    def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Tracker:
+        """Many (event, time) pairs at once: the same tracker as observing them one by one, but
+        the state is opened once and frozen once (an offline log of a million lines)."""
+        reducer = _Reducer(self)
+        for event, t in timed:
+            reducer.apply(event, t)
+        return reducer.freeze()
 
     def observe_sample(self, sample: ActivitySample) -> Tracker:
         """Activity counters; growth since the previous sample resets the stall window."""
@@ -462,71 +379,241 @@ class Tracker:
         )
 
 
-class _Spans:
-    """The span changes of one milestone event, applied to the tracker's logs at the end."""
+class _Reducer:
+    """A tracker opened for a batch of events: mutated in place, then frozen into a new Tracker.
 
-    __slots__ = ("closed", "closed_n", "count", "open", "opened")
+    Ranks touched in the batch are mutable records [rank, milestone, effective, phase,
+    phase_since, last_t, last_time, evidence]; the others keep their frozen RankState. The
+    shared logs (closed spans, marks) are appended to; everything else is a private copy.
+    """
+
+    __slots__ = (
+        "base",
+        "closed",
+        "closed_n",
+        "count",
+        "fields",
+        "keep",
+        "last",
+        "marks",
+        "marks_n",
+        "moved",
+        "open",
+        "opened",
+        "ranks",
+        "recent",
+        "records",
+        "seq",
+    )  # fmt: skip
 
     def __init__(self, tracker: Tracker):
-        self.closed = tracker._closed
-        self.closed_n = tracker._closed_n
+        self.base = tracker
+        self.fields: dict[str, Any] = {}
+        self.seq = tracker.seq
+        self.last = tracker.last_activity_at
+        self.moved = False  # a rank's phase changed since the overall phase was last computed
+        self.ranks: dict[str | None, RankState] = dict(tracker.ranks)
+        self.records: dict[str | None, list[Any]] = {}
         self.open: Mapping[str, tuple[int, PhaseSpan]] = tracker.open_spans
-        self.opened = False  # self.open is still the tracker's (copy before changing it)
+        self.opened = False
+        self.closed, self.closed_n = tracker._closed, tracker._closed_n
+        self.marks, self.marks_n = tracker._marks, tracker._marks_n
         self.count = tracker.span_count
+        self.recent: deque[Event] | None = None
+        self.keep = tracker.limits.evidence_lines
 
-    def advance(self, state: RankState, own: Milestone | None, effective: Milestone, t: float) -> RankState:
+    def get(self, name: str) -> Any:
+        fields = self.fields
+        return fields[name] if name in fields else getattr(self.base, name)
+
+    def record(self, key: str | None, rank: Rank | None, t: float) -> list[Any]:
+        record = self.records.get(key)
+        if record is None:
+            state = self.ranks.get(key)
+            if state is None:
+                record = [rank, None, None, None, t, 0.0, None, deque(maxlen=self.keep)]
+            else:
+                record = [
+                    state.rank, state.milestone, state.effective, state.phase, state.phase_since,
+                    state.last_t, state.last_time, deque(state.evidence, self.keep),
+                ]  # fmt: skip
+            self.records[key] = record
+            if key not in self.ranks:
+                self.ranks[key] = None  # type: ignore[assignment]  # keeps first-seen order
+        return record
+
+    def touch(self, event: Event, t: float) -> list[Any]:
+        record = self.record(event.rank_key, event.rank, t)
+        record[5] = t
+        if event.time is not None:
+            record[6] = event.time
+        record[7].append(event.text)
+        return record
+
+    # -- one event -----------------------------------------------------------------------
+
+    def apply(self, event: Event, t: float) -> None:
+        fields = self.fields
+        self.seq = seq = self.seq + 1
+        if t > self.last:
+            self.last = t
+        note = event.note
+        if note is not None:
+            if note is Note.SHUTDOWN:
+                fields["shut_down"] = True
+            elif note is Note.LAUNCH and self.get("launch") is None:
+                fields["launch"] = LaunchArgs.from_fields(event.fields)
+            if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only
+                self.touch(event, t)
+            return
+        milestone = event.milestone
+        if milestone is Milestone.ERROR:
+            self.touch(event, t)
+            # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
+            if not self.get("shut_down") and (self.get("ready_seq") is None or event.fatal):
+                fields["last_error"] = (seq, t, event)
+                if self.recent is None:
+                    self.recent = deque(self.base.recent_errors, _RECENT_ERRORS)
+                self.recent.append(event)
+                if event.fatal:
+                    fields["last_fatal_seq"] = seq
+                    if self.get("first_fatal") is None:
+                        fields["first_fatal"] = (seq, event)
+            return
+        if milestone is not None:
+            self.milestone(event, milestone, t, seq)
+
+    def milestone(self, event: Event, milestone: Milestone, t: float, seq: int) -> None:
+        fields = self.fields
+        key = event.rank_key
+        self.advance(self.touch(event, t), milestone, milestone, t)
+        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
+            self.carry_to_peers(event.rank, key, milestone, t)
+        http_up = milestone is Milestone.HTTP_UP
+        ready = milestone is Milestone.READY
+        if http_up or ready:
+            # The front end only comes up once every scheduler finished its start-up.
+            order = MILESTONE_ORDER[milestone]
+            for other in list(self.ranks):
+                if other == key:
+                    continue
+                effective = self.effective(other)
+                if effective is not None and MILESTONE_ORDER[effective] < order:
+                    self.advance(self.record(other, None, t), None, milestone, t)
+        fields["progress_seq"] = seq
+        if not event.rank0_only:
+            all_print = self.get("all_ranks_print")
+            if milestone not in all_print:
+                fields["all_ranks_print"] = all_print | {milestone}
+        self.marks = _append(self.marks, self.marks_n, (milestone, key))
+        self.marks_n += 1
+        if ready:
+            fields["ready_seq"] = seq
+            fields["ready_at"] = t
+        if http_up:
+            fields["http_up"] = True
+        if self.moved or ready or http_up:  # otherwise no rank changed phase: neither did the server
+            self.moved = False
+            phase = self.overall_phase()
+            if phase != self.get("phase"):
+                fields["phase"] = phase
+                fields["phase_since"] = t
+
+    def effective(self, key: str | None) -> Milestone | None:
+        record = self.records.get(key)
+        return record[2] if record is not None else self.ranks[key].effective
+
+    def advance(self, record: list[Any], own: Milestone | None, effective: Milestone, t: float) -> None:
         """The rank after printing `effective` (itself, or via its rank 0); records phase spans."""
         phase = phase_after(effective)
-        milestone = state.milestone if own is None else own
-        if phase is state.phase:
-            return RankState(
-                state.rank, milestone, effective, state.phase, state.phase_since,
-                state.last_t, state.last_time, state.evidence,
-            )  # fmt: skip
+        if own is not None:
+            record[1] = own
+        record[2] = effective
+        if phase is record[3]:
+            return
         if not self.opened:
             self.open = dict(self.open)
             self.opened = True
-        label = state.label
+        rank = record[0]
+        label = "main" if rank is None else rank.label
         current = self.open.pop(label, None)  # type: ignore[attr-defined]
         if current is not None:
             order, span = current
-            self.closed = _append(
-                self.closed, self.closed_n, (order, PhaseSpan(span.rank, span.phase, span.start, t))
-            )
+            closed = (order, PhaseSpan(span.rank, span.phase, span.start, t))
+            self.closed = _append(self.closed, self.closed_n, closed)
             self.closed_n += 1
         if phase is not None:
             self.open[label] = (self.count, PhaseSpan(label, phase, t))  # type: ignore[index]
             self.count += 1
-        return RankState(
-            state.rank, milestone, effective, phase, t, state.last_t, state.last_time, state.evidence
-        )
+        record[3] = phase
+        record[4] = t
+        self.moved = True
 
-    def changes(self) -> dict[str, Any]:
-        if not self.opened:
-            return {}
-        return {
-            "open_spans": MappingProxyType(self.open),  # type: ignore[arg-type]
-            "span_count": self.count,
-            "_closed": self.closed,
-            "_closed_n": self.closed_n,
-        }
+    def carry_to_peers(self, rank0: Rank, rank0_key: str | None, milestone: Milestone, t: float) -> None:
+        """A rank-0-only milestone also moves the rank's TP peers that reached the step before it.
 
+        Those peers do the same work (e.g. draft CUDA graph capture) without logging it.
+        """
+        floor = MILESTONE_ORDER[milestone] - 1
+        group = rank0.group
+        for key in list(self.ranks):
+            if key == rank0_key:
+                continue
+            record = self.records.get(key)
+            peer = record[0] if record is not None else self.ranks[key].rank
+            if peer is None or peer.group != group:
+                continue
+            effective = self.effective(key)
+            if (
+                effective is not None
+                and effective in SCHEDULER_MILESTONES
+                and MILESTONE_ORDER[effective] >= floor
+            ):
+                self.advance(self.record(key, peer, t), None, milestone, t)
 
-def _overall_phase(ranks: Mapping[str | None, RankState], ready: bool, http_up: bool) -> Phase | None:
-    if ready:
-        return Phase.SERVING
-    if http_up:
-        return Phase.WARMUP
-    best: Phase | None = None
-    for state in ranks.values():
-        phase = state.phase
-        if (
-            phase is not None
-            and state.effective in SCHEDULER_MILESTONES
-            and (best is None or PHASE_ORDER[phase] < PHASE_ORDER[best])
-        ):
-            best = phase
-    return best
+    def overall_phase(self) -> Phase | None:
+        if self.get("ready_seq") is not None:
+            return Phase.SERVING
+        if self.get("http_up"):
+            return Phase.WARMUP
+        best: Phase | None = None
+        records = self.records
+        for key, state in self.ranks.items():
+            record = records.get(key)
+            if record is not None:
+                phase, effective = record[3], record[2]
+            else:
+                phase, effective = state.phase, state.effective
+            if (
+                phase is not None
+                and effective in SCHEDULER_MILESTONES
+                and (best is None or PHASE_ORDER[phase] < PHASE_ORDER[best])
+            ):
+                best = phase
+        return best
+
+    # -- the new tracker -----------------------------------------------------------------
+
+    def freeze(self) -> Tracker:
+        fields = self.fields
+        fields["seq"] = self.seq
+        fields["last_activity_at"] = self.last
+        if self.records:
+            ranks = self.ranks
+            for key, r in self.records.items():
+                ranks[key] = RankState(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(r[7]))
+            fields["ranks"] = MappingProxyType(ranks)
+        if self.recent is not None:
+            fields["recent_errors"] = tuple(self.recent)
+        if self.opened:
+            fields["open_spans"] = MappingProxyType(self.open)  # type: ignore[arg-type]
+            fields["span_count"] = self.count
+            fields["_closed"] = self.closed
+            fields["_closed_n"] = self.closed_n
+        if self.marks_n != self.base._marks_n:
+            fields["_marks"] = self.marks
+            fields["_marks_n"] = self.marks_n
+        return self.base._evolve(**fields)
 
 
 def _delta(before: float | None, after: float | None) -> float:
@@ -543,27 +630,3 @@ def _rank_of(key: str) -> Rank | None:
         if name in ("TP", "DP", "PP") and number.isdigit():
             values[name.lower()] = int(number)
     return Rank(**values) if values else None
-
-
-def _carry_to_peers(
-    ranks: dict[str | None, RankState],
-    rank0: Rank,
-    rank0_key: str | None,
-    milestone: Milestone,
-    t: float,
-    spans: _Spans,
-) -> None:
-    """A rank-0-only milestone also moves the rank's TP peers that reached the step before it.
-
-    Those peers do the same work (e.g. draft CUDA graph capture) without logging it.
-    """
-    floor = MILESTONE_ORDER[milestone] - 1
-    for key, peer in list(ranks.items()):
-        if key == rank0_key or peer.rank is None or peer.rank.group != rank0.group:
-            continue
-        if (
-            peer.effective is not None
-            and peer.effective in SCHEDULER_MILESTONES
-            and MILESTONE_ORDER[peer.effective] >= floor
-        ):
-            ranks[key] = spans.advance(peer, None, milestone, t)

@@ -277,6 +277,13 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "launch",
         {"kind": "server_args", "tp": 16, "pp": 1, "dp": 1, "nnodes": 2, "node_rank": 0},
     ),
+    (  # SGLang 0.5.23 (the kit's CPU rehearsal log): the same arguments as a dict
+        "[2026-12-02 13:46:04] server_args={'model_path': '/tmp/tiny', 'nnodes': 1, 'node_rank': 0,"
+        " 'tp_size': 2, 'pp_size': 1, 'dp_size': 1, 'enable_dp_attention': False, 'ep_size': 1}",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "server_args", "tp": 2, "dp": 1, "nnodes": 1, "dp_attention": False, "model": "/tmp/tiny"},
+    ),
     (
         "INFO 08-06 10:21:03 api_server.py:339] vLLM API server version 0.5.4",
         Note.LAUNCH,
