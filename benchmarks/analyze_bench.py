@@ -133,6 +133,14 @@ def generate_log(lines: int, tp: int = 8, seed: int = 7) -> str:
     return "\n".join(out[:lines]) + "\n"
 
 
+TRACEBACK = "Traceback (most recent call last):"
+CHILD_FAILED = "It usually means the child failed."
+LOAD_END = (
+    "Load weight end. elapsed=58.0 s, type=Qwen3_5MoeForConditionalGeneration, avail mem=64.10 GB, "
+    "mem usage=30.11 GB."
+)
+
+
 def generate_restarts(lines: int, restarts: int, tp: int = 8, seed: int = 11) -> str:
     """`restarts` launches in one log, `lines` lines in all (see the module docstring)."""
     rng = random.Random(seed)
@@ -179,17 +187,16 @@ def generate_restarts(lines: int, restarts: int, tp: int = 8, seed: int = 11) ->
         if crash:
             out.extend(
                 [
-                    f"{_stamp(second, ' TP3')} Scheduler hit an exception: Traceback (most recent call last):",
+                    f"{_stamp(second, ' TP3')} Scheduler hit an exception: " + TRACEBACK,
                     '  File "/sgl/srt/model_executor/model_runner.py", line 410, in initialize',
                     "    self.load_model()",
                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-                    f"{_stamp(second)} Received sigquit from a child process. It usually means the child failed.",
+                    f"{_stamp(second)} Received sigquit from a child process. " + CHILD_FAILED,
                 ]
             )
             second += 30
             continue
-        each_rank("Load weight end. elapsed=58.0 s, type=Qwen3_5MoeForConditionalGeneration, avail mem=64.10 GB, "
-                  "mem usage=30.11 GB.", second)  # fmt: skip
+        each_rank(LOAD_END, second)
         each_rank("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1933682, KV size: 12.45 GB", second)
         each_rank("Memory pool end. avail mem=12.41 GB", second)
         each_rank("Capture cuda graph begin. This can take up to several minutes. avail mem=12.40 GB", second)
@@ -203,9 +210,7 @@ def generate_restarts(lines: int, restarts: int, tp: int = 8, seed: int = 11) ->
             f"{_stamp(second)} INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)"
         )
         out.append(f"{_stamp(second + 1)} The server is fired up and ready to roll!")
-        out.append(
-            f"{_stamp(second + 2)} SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
-        )
+        out.append(f"{_stamp(second + 2)} SIGTERM received. signum=None frame=None. Shutting down...")
         second += 30
     return "\n".join(out[:lines]) + "\n"
 
