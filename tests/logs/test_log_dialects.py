@@ -253,6 +253,25 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "errors",
         {"kind": "runtime_error", "phase_hint": "memory"},
     ),
+    (  # DeepAuto-AI/hip-attention#59
+        "[rank4]:[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with"
+        " [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "gloo_error"},
+    ),
+    (  # the exception line of a pasted tail (SemiAnalysisAI/InferenceX#2128)
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88.",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "value_error", "phase_hint": "memory"},
+    ),
+    (  # sglang#2468's warm-up failure, as the line a tail keeps
+        "AssertionError: res=<Response [502]>, res.text=''",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "assertion_error"},
+    ),
     # A Chinese-locale shell reports SIGKILL this way (sglang#16855).
     ("已杀死", Milestone.ERROR, "errors", {"kind": "killed"}),
     # Piecewise CUDA graphs (0.5.x): lines from a 2x RTX 3090 0.5.12 run and an issue's log.
