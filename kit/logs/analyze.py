@@ -244,6 +244,7 @@ def _causes(
             *tail,
             *(f"kind={e.fields['kind']}" for e in errors if "kind" in e.fields),
             "missing-ranks" if tracker.missing() else "",
+            *_memory_facts(events),
             *dict.fromkeys(e.text for e in events if e.note is not None),  # each distinct note once
         ]
     )
@@ -253,6 +254,18 @@ def _causes(
         phase is not None or tracker.launch is not None or any(e.note is Note.LAUNCH for e in events)
     )
     return cause_rows(match_causes(outcome, phase, haystack, exception=raised, phase_known=phase_known))
+
+
+def _memory_facts(events: list[Event]) -> list[str]:
+    """`avail-mem-low` when under a fifth of the GPU was left after the weights loaded (the last
+    `Load weight end` with both numbers): the KV pool is then likely not to fit."""
+    for event in reversed(events):
+        if event.milestone is Milestone.LOAD_END:
+            avail, used = event.fields.get("avail_mem_gb"), event.fields.get("mem_gb")
+            if isinstance(avail, float) and isinstance(used, float) and avail + used > 0:
+                return ["avail-mem-low"] if avail / (avail + used) < 0.2 else []
+            return []
+    return []
 
 
 def _evidence(events: list[Event], tracker: Tracker, outcome: Outcome) -> list[Event]:

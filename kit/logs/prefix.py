@@ -4,8 +4,8 @@ SGLang prefixes each record with `[YYYY-MM-DD HH:MM:SS(.mmm)( DPn)( PPn)( TPn)( 
 part in the main process or, in recent releases, when tp=1); very old releases print `[HH:MM:SS
 TPn]` or `[gpu_id=N]`. Collectors add their own wrappers in front: docker/kubectl `--timestamps`
 (RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, journald's `Mon DD HH:MM:SS host unit[pid]: `,
-`srun -l` (`3: `), Ray (`(SchedulerActor
-pid=123) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
+`srun -l` (`3: `), Ray and vLLM workers (`(SchedulerActor pid=123) `, `(VllmWorker rank=1
+pid=5356) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
 (`INFO:     `, vLLM's `INFO 12-02 13:46:15 file.py:12] `).
 
 Milestones are found anywhere in a line, and the SGLang prefix is the last one before the match,
@@ -37,7 +37,7 @@ _WRAPPERS = re.compile(
       | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]                         # Docker Desktop
       | [A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\S+[ ][^\s:\[]+(?:\[\d+\])?:[ ]  # journald
       | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
-      | \([\w.-]+[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]                             # Ray actor
+      | \([\w.-]+(?:[ ][\w.-]+=[\w.-]+)*[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]          # Ray actor, vLLM worker
       | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l
       | \[rank\d+\]:[ ]?                                                       # torch
       | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[ ]\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:\.\d+)?[ ]\S*\][ ]  # vLLM

@@ -288,6 +288,55 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "piecewise",
         {"elapsed_s": 22.9, "mem_gb": 1.29},
     ),
+    # vLLM's own start-up lines (real lines from public issues and notes repos).
+    (  # QwenLM/Qwen3-VL#1204
+        "INFO 05-13 21:09:41 [gpu_model_runner.py:1329] Starting to load model"
+        " /data/qwen2.5/Qwen2.5-VL-7B-Instruct...",
+        Milestone.LOAD_BEGIN,
+        "vllm",
+        {},
+    ),
+    (
+        "(EngineCore pid=2207) INFO 05-21 15:45:47 [gpu_model_runner.py:4959] Model loading took 7.75 GiB"
+        " memory and 3.151355 seconds",
+        Milestone.LOAD_END,
+        "vllm",
+        {"mem_gb": 7.75},
+    ),
+    (
+        "(EngineCore pid=992724) INFO 10-10 13:44:07 [worker.py:230] # GPU blocks: 268051,"
+        " # CPU blocks: 1092",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (
+        "INFO 04-07 15:59:03 [gpu_worker.py:436] Available KV cache memory: 18.16 GiB",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (  # vllm-project/vllm#15598
+        "RayWorkerWrapper pid=1861983) INFO 03-27 10:29:03 [model_runner.py:1442] Capturing cudagraphs for"
+        " decoding. This may lead to unexpected consequences if the model is not static.",
+        Milestone.CAPTURE_BEGIN,
+        "vllm",
+        {},
+    ),
+    (  # vllm-project/vllm#17939
+        "(VllmWorker rank=0 pid=2445155) INFO 05-10 16:00:15 [gpu_model_runner.py:1686] Graph capturing"
+        " finished in 112 secs, took 0.95 GiB",
+        Milestone.CAPTURE_END,
+        "vllm",
+        {"elapsed_s": 112.0},
+    ),
+    (  # vllm-project/vllm#8204 (uvicorn, which SGLang uses too)
+        "[2024-09-05T00:38:34Z] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0',"
+        " 44319): [errno 98] address already in use",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "bind_error", "phase_hint": "warmup"},
+    ),
     # Launch lines: one per start; their parallel sizes say which ranks to expect.
     (
         "[2026-02-27 14:32:58] server_args=ServerArgs(model_path='/app/models/Deepseek-R1/', tp_size=16,"

@@ -45,7 +45,14 @@ def test_the_corpus_holds_at_least_forty_real_logs_each_with_its_facts():
             assert expected["cause"] in CAUSE_IDS, f"{log.name}: unknown cause {expected['cause']}"
 
 
-@pytest.mark.parametrize("log", SGLANG_LOGS, ids=[p.stem for p in SGLANG_LOGS])
+def _param(log: Path):
+    """A log the kit is known to misread carries `known_miss` (why) and is a strict xfail."""
+    miss = _facts(log).get("known_miss")
+    marks = [pytest.mark.xfail(reason=miss, strict=True)] if miss else []
+    return pytest.param(log, id=log.stem, marks=marks)
+
+
+@pytest.mark.parametrize("log", [_param(p) for p in SGLANG_LOGS])
 def test_corpus_log_matches_its_expected_outcome_milestone_and_phase(log: Path):
     expected = _expected(log)
     report = analyze_path(log)
@@ -54,11 +61,7 @@ def test_corpus_log_matches_its_expected_outcome_milestone_and_phase(log: Path):
     assert report.phase == (expected["phase"] and Phase(expected["phase"]))
 
 
-@pytest.mark.parametrize(
-    "log",
-    [p for p in SGLANG_LOGS if _expected(p)["cause"]],
-    ids=[p.stem for p in SGLANG_LOGS if _expected(p)["cause"]],
-)
+@pytest.mark.parametrize("log", [_param(p) for p in SGLANG_LOGS if _expected(p)["cause"]])
 def test_corpus_log_offers_its_labelled_cause(log: Path):
     """The labelled cause is offered; benchmarks/corpus_score.py measures how high it ranks."""
     expected = _expected(log)
