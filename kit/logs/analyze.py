@@ -108,9 +108,13 @@ def replay(events: list[Event], base: datetime | None, limits: PhaseLimits | Non
     """
     timed: list[tuple[Event, float]] = []
     t = 0.0
+    clock: dict[datetime, float] = {}  # ranks print the same second many times
     for event in events:
-        if event.time is not None and base is not None:
-            seconds = (event.time - base).total_seconds()
+        stamp = event.time
+        if stamp is not None and base is not None:
+            seconds = clock.get(stamp)
+            if seconds is None:
+                seconds = clock[stamp] = (stamp - base).total_seconds()
             if seconds > t:  # log order wins over clock jitter
                 t = seconds
         timed.append((event, t))
@@ -141,7 +145,7 @@ def analyze_text(
     evidence = _evidence(own, tracker, outcome)
     tail = _tail(text)
     causes = () if outcome == "ready" else _causes(outcome, phase, tracker, verdict, own, evidence, tail)
-    versioned = [e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()]
+    versioned = {e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()}
     return AnalysisReport(
         source=source,
         outcome=outcome,

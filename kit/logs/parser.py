@@ -35,6 +35,12 @@ class _PendingTraceback:
     headless: bool = False  # a pasted tail that starts at a frame, without the opener
 
 
+def _chain(first: re.Match[str], scan: re.Pattern[str], line: str):
+    """The first hit, then the hits after it."""
+    yield first
+    yield from scan.finditer(line, first.end())
+
+
 def _is_frame(line: str) -> bool:
     return strip_wrappers(line).lstrip().startswith(TRACEBACK_FRAME)
 
@@ -95,7 +101,7 @@ class LogParser:
             self._line_no += text.count("\n", pos, start)
             end = text.find("\n", hit.start())
             end = size if end < 0 else end
-            events.extend(self._feed_one(text[start:end]))
+            events.extend(self._feed_one(text[start:end], hit.start() - start))
             pos = end + 1
         return events
 
@@ -107,7 +113,8 @@ class LogParser:
 
     # -- one line ---------------------------------------------------------------------------
 
-    def _feed_one(self, line: str) -> list[Event]:
+    def _feed_one(self, line: str, hit: int | None = None) -> list[Event]:
+        """One line; `hit` is where the scan first matched in it, when the caller already knows."""
         self._line_no += 1
         if line.endswith("\r"):
             line = line[:-1]
@@ -122,22 +129,31 @@ class LogParser:
                 self._pending.lines.append(line)
                 return [self._finish_traceback(strip_wrappers(line).strip())]
             events.append(self._finish_traceback(None))  # cut off; this line is read normally
-        if self._search(line) is None:
-            return events
+            hit = None
+        if hit is None:
+            found = self._search(line)
+            if found is None:
+                return events
+            hit = found.start()
         if TRACEBACK_START in line:
             self._pending = _PendingTraceback(self._line_no, line, [line])
             return events
         if TRACEBACK_FRAME in line and _is_frame(line):
             self._pending = _PendingTraceback(self._line_no, line, [line], headless=True)
             return events
-        event = self._classify(line)
+        event = self._classify(line, hit)
         if event is not None:
             events.append(event)
         return events
 
-    def _classify(self, line: str) -> Event | None:
+    def _classify(self, line: str, start: int = 0) -> Event | None:
+        """The first pattern that matches `line`, trying scan hits from `start` on (the first
+        hit; earlier ones can only be `once` lines already seen)."""
         by_scan = self._patterns.by_scan
-        for hit in self._patterns.scan.finditer(line):
+        scan = self._patterns.scan
+        first = scan.match(line, start)  # the caller's hit: no iterator for the usual one-hit line
+        hits = scan.finditer(line, start + 1) if first is None else _chain(first, scan, line)
+        for hit in hits:
             for pattern in by_scan[hit.group()]:
                 if pattern.once and pattern in self._seen_once:
                     continue
@@ -155,9 +171,14 @@ class LogParser:
     def _event(self, pattern: Pattern, found: re.Match[str], line: str, at: int) -> Event:
         time, rank = sglang_prefix(line, at)
         fields: dict[str, Any] = {}
-        for name, value in found.groupdict().items():
+        for name, kind in pattern.groups:
+            value = found.group(name)
             if value is not None:
-                fields[name] = self._typed(name, value.strip())
+                value = value.strip()
+                try:
+                    fields[name] = kind(value)
+                except ValueError:
+                    fields[name] = value
         if pattern.kind:
             fields["kind"] = pattern.kind
         if pattern.note is Note.LAUNCH:
@@ -169,28 +190,18 @@ class LogParser:
             hint = self._patterns.phase_of(line)
             if hint is not None:
                 fields["phase_hint"] = hint.value
-        return Event(
-            line_no=self._line_no,
-            time=time,
-            rank=rank,
-            milestone=pattern.milestone,
-            fields=fields,
-            text=line,
-            note=pattern.note,
-            dialect=pattern.dialect,
-            rank0_only=pattern.rank0_only,
-            fatal=pattern.fatal,
+        return Event(  # positional: a hundred thousand of these per log of restarts
+            self._line_no,
+            time,
+            rank,
+            pattern.milestone,
+            fields,
+            line,
+            pattern.note,
+            pattern.dialect,
+            pattern.rank0_only,
+            pattern.fatal,
         )
-
-    def _typed(self, name: str, value: str) -> Any:
-        try:
-            if name in self._patterns.int_fields:
-                return int(value)
-            if name in self._patterns.float_fields:
-                return float(value)
-        except ValueError:
-            pass
-        return value
 
     def _finish_traceback(self, exception: str | None) -> Event:
         pending, self._pending = self._pending, None

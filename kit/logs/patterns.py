@@ -7,6 +7,7 @@ log is searched at memory speed and only lines holding a scan string reach Pytho
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Pattern:
     fatal: bool = False
     whole_line: bool = False
     once: bool = False
+    # The regex's named groups with the type each is read as (int, float or str), in order.
+    groups: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +177,7 @@ def build_pattern_set(document: dict[str, Any]) -> PatternSet:
         name = str(section["name"])
         dialects.append(name)
         for raw in section.get("pattern", []):
-            pattern = _pattern(name, raw)
+            pattern = _typed_groups(_pattern(name, raw), document.get("fields", {}))
             by_scan.setdefault(pattern.scan, []).append(pattern)
     # The traceback opener and frames are scan targets too: the parser collects what follows.
     by_scan.setdefault(TRACEBACK_START, [])
@@ -188,6 +191,15 @@ def build_pattern_set(document: dict[str, Any]) -> PatternSet:
         int_fields=frozenset(fields.get("int", ())),
         exception_phases=tuple(_exception_phase(raw) for raw in document.get("exception_phase", [])),
     )
+
+
+def _typed_groups(pattern: Pattern, fields: dict[str, Any]) -> Pattern:
+    """The pattern with its named groups and their types resolved once (not per line)."""
+    ints, floats = set(fields.get("int", ())), set(fields.get("float", ()))
+    groups = tuple(
+        (name, int if name in ints else float if name in floats else str) for name in pattern.regex.groupindex
+    )
+    return dataclasses.replace(pattern, groups=groups)
 
 
 def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:

@@ -77,14 +77,16 @@ def _time(date: str | None, clock: str, frac: str | None) -> datetime | None:
 
 def sglang_prefix(line: str, before: int | None = None) -> tuple[datetime | None, Rank | None]:
     """Time and rank from the last SGLang prefix in `line[:before]`, (None, None) when there is none."""
-    last = None
-    for last in _SGLANG_PREFIX.finditer(line, 0, len(line) if before is None else before):  # noqa: B007
-        pass
-    if last is None:
-        return None, None
-    if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP ranks
-        return None, Rank(tp=int(last["gpu"]))
-    return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
+    end = len(line) if before is None else before
+    at = line.rfind("[", 0, end)
+    while at >= 0:  # the last `[` that opens a prefix ending before `end`
+        last = _SGLANG_PREFIX.match(line, at, end)
+        if last is not None:
+            if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP
+                return None, Rank(tp=int(last["gpu"]))
+            return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
+        at = line.rfind("[", 0, at)
+    return None, None
 
 
 def first_time(text: str) -> datetime | None:

@@ -388,11 +388,13 @@ class _Reducer:
     """
 
     __slots__ = (
+        "all_print",
         "base",
         "closed",
         "closed_n",
         "count",
         "fields",
+        "http",
         "keep",
         "last",
         "marks",
@@ -400,10 +402,14 @@ class _Reducer:
         "moved",
         "open",
         "opened",
+        "phase",
+        "progress",
         "ranks",
+        "ready",
         "recent",
         "records",
         "seq",
+        "served",
     )  # fmt: skip
 
     def __init__(self, tracker: Tracker):
@@ -421,6 +427,13 @@ class _Reducer:
         self.count = tracker.span_count
         self.recent: deque[Event] | None = None
         self.keep = tracker.limits.evidence_lines
+        # Read on every milestone: kept as attributes, written back by freeze().
+        self.phase = tracker.phase
+        self.progress = tracker.progress_seq
+        self.ready = tracker.ready_seq
+        self.http = tracker.http_up
+        self.all_print = tracker.all_ranks_print
+        self.served = False  # ready_seq/ready_at/http_up changed in this batch
 
     def get(self, name: str) -> Any:
         fields = self.fields
@@ -470,7 +483,7 @@ class _Reducer:
         if milestone is Milestone.ERROR:
             self.touch(event, t)
             # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
-            if not self.get("shut_down") and (self.get("ready_seq") is None or event.fatal):
+            if not self.get("shut_down") and (self.ready is None or event.fatal):
                 fields["last_error"] = (seq, t, event)
                 if self.recent is None:
                     self.recent = deque(self.base.recent_errors, _RECENT_ERRORS)
@@ -500,23 +513,21 @@ class _Reducer:
                 effective = self.effective(other)
                 if effective is not None and MILESTONE_ORDER[effective] < order:
                     self.advance(self.record(other, None, t), None, milestone, t)
-        fields["progress_seq"] = seq
-        if not event.rank0_only:
-            all_print = self.get("all_ranks_print")
-            if milestone not in all_print:
-                fields["all_ranks_print"] = all_print | {milestone}
+        self.progress = seq
+        if not event.rank0_only and milestone not in self.all_print:
+            self.all_print = self.all_print | {milestone}
         self.marks = _append(self.marks, self.marks_n, (milestone, key))
         self.marks_n += 1
         if ready:
-            fields["ready_seq"] = seq
+            self.ready = seq
             fields["ready_at"] = t
         if http_up:
-            fields["http_up"] = True
+            self.http = True
         if self.moved or ready or http_up:  # otherwise no rank changed phase: neither did the server
             self.moved = False
             phase = self.overall_phase()
-            if phase != self.get("phase"):
-                fields["phase"] = phase
+            if phase != self.phase:
+                self.phase = phase
                 fields["phase_since"] = t
 
     def effective(self, key: str | None) -> Milestone | None:
@@ -572,9 +583,9 @@ class _Reducer:
                 self.advance(self.record(key, peer, t), None, milestone, t)
 
     def overall_phase(self) -> Phase | None:
-        if self.get("ready_seq") is not None:
+        if self.ready is not None:
             return Phase.SERVING
-        if self.get("http_up"):
+        if self.http:
             return Phase.WARMUP
         best: Phase | None = None
         records = self.records
@@ -598,6 +609,11 @@ class _Reducer:
         fields = self.fields
         fields["seq"] = self.seq
         fields["last_activity_at"] = self.last
+        fields["phase"] = self.phase
+        fields["progress_seq"] = self.progress
+        fields["ready_seq"] = self.ready
+        fields["http_up"] = self.http
+        fields["all_ranks_print"] = self.all_print
         if self.records:
             ranks = self.ranks
             for key, r in self.records.items():

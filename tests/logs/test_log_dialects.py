@@ -272,8 +272,6 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "errors",
         {"kind": "assertion_error"},
     ),
-    # A Chinese-locale shell reports SIGKILL this way (sglang#16855).
-    ("已杀死", Milestone.ERROR, "errors", {"kind": "killed"}),
     # Piecewise CUDA graphs (0.5.x): lines from a 2x RTX 3090 0.5.12 run and an issue's log.
     (
         "[2026-06-11 05:11:58 TP1] Capture piecewise CUDA graph begin. avail mem=0.08 GB",
@@ -364,13 +362,6 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         Note.LAUNCH,
         "launch",
         {"kind": "vllm_args", "tp": 2, "pp": 1},
-    ),
-    (
-        "(APIServer pid=1) INFO 07-21 08:22:00 [utils.py:326] non-default args: {'model':"
-        " 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}",
-        Note.LAUNCH,
-        "launch",
-        {"kind": "vllm_args", "tp": 2, "model": "Qwen/Qwen3-8B"},
     ),
 ]
 
