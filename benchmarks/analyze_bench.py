@@ -11,13 +11,17 @@ restarts: K launches of the same server in one log (journald of a unit with Rest
           was quadratic here (420k lines: 28 s).
 
 It prints lines per second for parse_text and analyze_text (best of R runs) against the 500k
-lines/s goal, and checks the restart log is judged "attempt K of K", HUNG in init. The exit code
-is 0 either way: this measures, it does not gate.
+lines/s goal, and checks the restart log is judged "attempt K of K", HUNG in init. Both wall-clock
+and CPU time (time.process_time) are printed with the load average: on a shared machine the wall
+clock measures the neighbours, so the goal is judged on CPU time (the same as wall time when the
+machine is idle; the code is single-threaded). The exit code is 0 either way: this measures, it
+does not gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -215,13 +219,15 @@ def generate_restarts(lines: int, restarts: int, tp: int = 8, seed: int = 11) ->
     return "\n".join(out[:lines]) + "\n"
 
 
-def _best_of(repeat: int, fn, *args) -> tuple[float, object]:
-    best, result = float("inf"), None
+def _best_of(repeat: int, fn, *args) -> tuple[float, float, object]:
+    """(best wall seconds, best CPU seconds, result) over `repeat` runs."""
+    wall, cpu, result = float("inf"), float("inf"), None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = fn(*args)
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        cpu = min(cpu, time.process_time() - start_cpu)
+        wall = min(wall, time.perf_counter() - start)
+    return wall, cpu, result
 
 
 def main() -> int:
@@ -244,11 +250,11 @@ def main() -> int:
         print(f"{log_name}: generated {lines:,} lines, {len(text) / 1e6:.1f} MB in "
               f"{time.perf_counter() - start:.1f} s")  # fmt: skip
 
-        parse_s, events = _best_of(args.repeat, parse_text, text)
-        analyze_s, report = _best_of(args.repeat, analyze_text, text)
-        print(f"  parse_text:   {parse_s:.3f} s, {len(events):,} events")  # type: ignore[arg-type]
+        parse_s, parse_cpu, events = _best_of(args.repeat, parse_text, text)
+        analyze_s, analyze_cpu, report = _best_of(args.repeat, analyze_text, text)
+        print(f"  parse_text:   {parse_s:.3f} s wall, {parse_cpu:.3f} s CPU, {len(events):,} events")  # type: ignore[arg-type]
         print(
-            f"  analyze_text: {analyze_s:.3f} s, outcome={report.outcome}, "  # type: ignore[union-attr]
+            f"  analyze_text: {analyze_s:.3f} s wall, {analyze_cpu:.3f} s CPU, outcome={report.outcome}, "  # type: ignore[union-attr]
             f"phase={report.phase and report.phase.value}, {report.attempt.summary}"  # type: ignore[union-attr]
         )
         if log_name == "restarts":
@@ -257,12 +263,16 @@ def main() -> int:
             ok = judged == expected
             verdict = verdict if ok else "WRONG VERDICT"
             print(f"  judged {judged}: {'as expected' if ok else f'expected {expected}'}")
-        for name, seconds in (("parse_text", parse_s), ("analyze_text", analyze_s)):
-            rate = lines / seconds
+        for name, wall, cpu in (("parse_text", parse_s, parse_cpu), ("analyze_text", analyze_s, analyze_cpu)):
+            rate = lines / cpu
             ratio = rate / GOAL_LINES_PER_S
             status = "PASS" if ratio >= 1 else "BELOW GOAL"
             verdict = verdict if ratio >= 1 else "BELOW GOAL"
-            print(f"  {name:<13} {rate:>12,.0f} lines/s = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: {status}")
+            print(
+                f"  {name:<13} {rate:>12,.0f} lines/s CPU = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: {status}"
+                f"  (wall {lines / wall:,.0f} lines/s)"
+            )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(verdict)
     return 0
 
