@@ -7,6 +7,7 @@ import sys
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kit.cli import cli
 from kit.errors import InputError
@@ -87,7 +88,9 @@ def _human(report: AnalysisReport, out: Console) -> None:
                 markup=False,
             )
     if report.exception:
-        out.print(f"[bold]Exception:[/] {report.exception}", highlight=False)
+        label = "" if report.exception.startswith("Exception:") else "Exception: "
+        # Text, not markup: exception messages hold brackets ("[/pytorch/third_party/gloo/...]").
+        out.print(Text.assemble((label, "bold"), report.exception), highlight=False)
     if report.outcome != "ready" and report.evidence:
         out.print("[bold]Evidence:[/]")
         for line in report.evidence[-8:]:
