@@ -67,6 +67,9 @@ class LogParser:
         self._line_no = 0
         self._pending: _PendingTraceback | None = None
         self._seen_once: set[Pattern] = set()
+        # Line tails (from the first scan hit on) already classified: ranks and restarts print
+        # the same milestone text over and over. Only results that depend on the tail alone.
+        self._memo: dict[str, tuple[Pattern, int, dict[str, Any]]] = {}
 
     @property
     def line_no(self) -> int:
@@ -149,13 +152,24 @@ class LogParser:
     def _classify(self, line: str, start: int = 0) -> Event | None:
         """The first pattern that matches `line`, trying scan hits from `start` on (the first
         hit; earlier ones can only be `once` lines already seen)."""
+        tail = line[start:]
+        memo = self._memo.get(tail)
+        if memo is not None:
+            pattern, offset, fields = memo
+            time, rank = sglang_prefix(line, start + offset)
+            return Event(
+                self._line_no, time, rank, pattern.milestone, dict(fields), line,
+                pattern.note, pattern.dialect, pattern.rank0_only, pattern.fatal,
+            )  # fmt: skip
         by_scan = self._patterns.by_scan
         scan = self._patterns.scan
         first = scan.match(line, start)  # the caller's hit: no iterator for the usual one-hit line
         hits = scan.finditer(line, start + 1) if first is None else _chain(first, scan, line)
+        skipped = False
         for hit in hits:
             for pattern in by_scan[hit.group()]:
                 if pattern.once and pattern in self._seen_once:
+                    skipped = True
                     continue
                 if pattern.whole_line:
                     found = pattern.regex.fullmatch(strip_wrappers(line).strip())
@@ -165,7 +179,17 @@ class LogParser:
                     if pattern.once:
                         self._seen_once.add(pattern)
                         self._search = self._patterns.scan_without(frozenset(self._seen_once)).search
-                    return self._event(pattern, found, line, hit.start())
+                    event = self._event(pattern, found, line, hit.start())
+                    if (
+                        not skipped
+                        and found.start() >= start
+                        and not (pattern.once or pattern.whole_line or pattern.note is Note.LAUNCH)
+                        and pattern.milestone is not Milestone.ERROR
+                    ):
+                        if len(self._memo) > 4096:
+                            self._memo.clear()
+                        self._memo[tail] = (pattern, hit.start() - start, dict(event.fields))
+                    return event
         return None
 
     def _event(self, pattern: Pattern, found: re.Match[str], line: str, at: int) -> Event:
