@@ -168,10 +168,13 @@ def match_causes(
         fits_phase = cause.phases is None or phase_name in cause.phases
         if not fits_phase and (phase_known or not (hits or words)):
             continue
-        # Among equals, a cause made for this phase alone beats one that fits many phases.
-        specific = 10 - min(len(cause.phases), 9) if cause.phases and phase_name in cause.phases else 0
-        score = 1000 * len(hits) + 100 * len(words) + specific
         generic = not (hits or words)
+        # Among causes with no evidence, one made for this phase alone beats one that fits many
+        # phases; among causes with equal evidence the book's order (commoner first) decides.
+        specific = 0
+        if generic and cause.phases and phase_name in cause.phases:
+            specific = 10 - min(len(cause.phases), 9)
+        score = 1000 * len(hits) + 100 * len(words) + specific
         found.append((-score, order, CauseMatch(cause, hits + words, generic, score)))
     found.sort(key=lambda item: (item[0], item[1]))
     return tuple(match for _, _, match in found[:limit])

@@ -65,6 +65,7 @@ __all__ = [  # the verdict types are re-exported: callers import them from here 
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 _RECENT_ERRORS = 4
+_NOTE_KINDS = 16  # bounded: a log of any length keeps at most this many note lines
 
 
 class _Log:
@@ -107,6 +108,9 @@ class Tracker:
     shut_down: bool = False
     tail: tuple[str, ...] = ()
     launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
+    # The first line of each kind of note (NCCL version, transport, network, Gloo): facts about the
+    # set-up that stay evidence after the last lines have scrolled past them.
+    notes: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # Errors that count, as summaries: the first fatal one (the cause), the last fatal one's seq
     # (dates the crash), the last one (a non-fatal error is final if nothing progressed after it).
     first_fatal: tuple[int, Event] | None = None
@@ -339,13 +343,15 @@ class Tracker:
         return None
 
     def evidence(self) -> tuple[str, ...]:
-        """Last lines of the stuck ranks (or all ranks), then the last lines overall."""
+        """Last lines of the stuck ranks (or all ranks), the last lines overall, then the first
+        line of each note kind (NCCL transport, version, network)."""
         stuck = set(self.stuck_ranks())
         lines: list[str] = []
         for state in self.rank_states:
             if not stuck or state.label in stuck:
                 lines.extend(line for line in state.evidence[-2:] if line not in lines)
         lines.extend(line for line in self.tail if line not in lines)
+        lines.extend(line for line in self.notes.values() if line not in lines)
         return tuple(lines)
 
     def exception_phase(self, event: Event | None = None) -> Phase | None:
@@ -476,6 +482,8 @@ class _Reducer:
                 fields["shut_down"] = True
             elif note is Note.LAUNCH and self.get("launch") is None:
                 fields["launch"] = LaunchArgs.from_fields(event.fields)
+            else:
+                self.note(event, note)
             if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only
                 self.touch(event, t)
             return
@@ -495,6 +503,17 @@ class _Reducer:
             return
         if milestone is not None:
             self.milestone(event, milestone, t, seq)
+
+    def note(self, event: Event, note: Note) -> None:
+        """Keep the first line of each note kind (per transport: P2P and SHM both matter)."""
+        kind = str(note)
+        transport = event.fields.get("transport") or event.fields.get("net")
+        if transport:
+            kind = f"{kind}.{transport}"
+        notes = self.get("notes")
+        if kind not in notes and len(notes) < _NOTE_KINDS:
+            fields = self.fields
+            fields["notes"] = MappingProxyType({**notes, kind: event.text})
 
     def milestone(self, event: Event, milestone: Milestone, t: float, seq: int) -> None:
         fields = self.fields

@@ -53,6 +53,19 @@ def test_generic_causes_for_this_phase_alone_come_before_those_for_many_phases()
     assert all(m.generic for m in matches)
 
 
+def test_among_equal_evidence_the_book_order_decides_not_the_phase_list():
+    # A PCIe-only box hung in init: three causes name "no NVLink"; the commoner one (first in the
+    # book) stays first even though it also fits more phases.
+    book = _book(
+        {"id": "p2p", "phase": ["init", "capture", "warmup", "none"], "words": ["no NVLink"]},
+        {"id": "acs", "phase": ["init", "capture", "warmup"], "words": ["no NVLink"]},
+        {"id": "narrow", "phase": ["init"]},
+    )
+    matches = match_causes("hung", Phase.INIT, "gpu link: PCIe, no NVLink", book)
+    assert [m.cause.id for m in matches] == ["p2p", "acs", "narrow"]
+    assert [m.generic for m in matches] == [False, False, True]
+
+
 def test_words_match_where_a_word_starts_case_insensitively():
     book = _book({"id": "roce", "words": ["RoCE"]}, {"id": "batch", "words": ["BatchDecode"]})
     found = {m.cause.id: m.evidence for m in match_causes("crashed", None, "the process died", book)}

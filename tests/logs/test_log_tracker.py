@@ -376,3 +376,21 @@ def test_a_long_run_of_events_keeps_every_span_once():
     spans = tracker.timeline
     assert len(spans) == 2000 and sum(s.end is None for s in spans) == 1
     assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+
+
+def test_the_first_line_of_each_note_kind_stays_evidence_after_the_tail_scrolls_past_it():
+    transport = "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
+    tracker = Tracker.start(PhaseLimits(evidence_lines=2), t=0.0)
+    tracker = tracker.observe_event(
+        ev(None, note=Note.NCCL_TRANSPORT, fields={"transport": "P2P"}, text=transport), 1.0
+    )
+    tracker = tracker.observe_line(1.0, transport)
+    for i in range(2, 40):
+        tracker = tracker.observe_event(ev(Milestone.INIT_BEGIN, tp=i % 4), float(i))
+        tracker = tracker.observe_line(float(i), f"[TP{i % 4}] Init torch distributed begin.")
+    tracker = tracker.observe_event(
+        ev(None, note=Note.NCCL_TRANSPORT, fields={"transport": "P2P"}, text=transport + " again"), 41.0
+    )
+    assert transport not in tracker.tail
+    assert transport in tracker.evidence()  # kept once per kind: the second P2P line is not added
+    assert transport + " again" not in tracker.evidence()
