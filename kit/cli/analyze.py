@@ -1,4 +1,4 @@
-"""`kit analyze LOGFILE`: where an SGLang start-up got to, who is behind, and likely causes."""
+"""`kit analyze LOGFILE`: which launch attempt, where start-up got to, who is behind, likely causes."""
 
 from __future__ import annotations
 
@@ -7,22 +7,25 @@ import sys
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kit.cli import cli
 from kit.errors import InputError
 from kit.logs import AnalysisReport, analyze_path, analyze_text
 from kit.output import show
 
-_OUTCOME_STYLE = {"ready": "green", "crashed": "red", "stalled": "yellow"}
+_OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
 
 
 @cli.command()
 @click.argument("logfile")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-def analyze(logfile: str, as_json: bool) -> int:
+def analyze(logfile: str, as_json: bool) -> None:
     """Analyse an SGLang server log (a file, or - for stdin).
 
-    Exits 0 whenever the log could be read: the outcome (ready, crashed, stalled) is in the report.
+    A log holding several starts (journald of a restarting unit, an appended file) is split into
+    launch attempts; the last one is judged. Exit codes by outcome, as `kit up`: 0 READY,
+    1 CRASHED, 4 HUNG (the log ends before ready, with no crash); 2 when the log cannot be read.
     """
     if logfile == "-":
         try:
@@ -33,18 +36,25 @@ def analyze(logfile: str, as_json: bool) -> int:
     else:
         report = analyze_path(logfile)
     show(report, as_json=as_json, human=_human)
-    return 0
+    raise SystemExit(report.exit_code)
 
 
 def _human(report: AnalysisReport, out: Console) -> None:
     style = _OUTCOME_STYLE[report.outcome]
-    where = f"in phase {report.phase.value}" if report.phase else "before any start-up phase"
+    if report.phase:
+        where = f"in phase {report.phase.value}"
+        if report.phase_from == "exception":
+            where += " (from the traceback)"
+    else:
+        where = "before any start-up phase" if report.phase_from or report.last_milestone else "phase unknown"
     last = report.last_milestone.value if report.last_milestone else "none"
     dialect = f", SGLang wording {report.dialect}+" if report.dialect else ""
     out.print(
         f"[bold {style}]{report.outcome.upper()}[/] {where} (last milestone: {last}; "
         f"{report.lines} lines{dialect})"
     )
+    if report.attempt.count > 1:
+        out.print(f"{report.attempt.summary} (from line {report.attempt.first_line})", markup=False)
     if report.startup_s is not None:
         out.print(f"ready after {report.startup_s:.0f} s")
 
@@ -53,21 +63,34 @@ def _human(report: AnalysisReport, out: Console) -> None:
         for column in ("rank", "last milestone", "phase", "in phase", "last line at"):
             table.add_column(column)
         for row in report.ranks:
+            if not row.seen:
+                node = f" (node {row.node})" if row.node is not None else ""
+                table.add_row(row.rank, "-", "-", "-", f"never printed{node}")
+                continue
             table.add_row(
                 row.rank,
-                row.last_milestone.value if row.last_milestone else "-",
-                row.phase.value if row.phase else "-",
-                "-" if row.phase_elapsed_s is None else f"{row.phase_elapsed_s:.0f} s",
-                row.last_time.strftime("%H:%M:%S") if row.last_time else "-",
+                row.last_milestone or "-",
+                row.phase or "-",
+                "-" if row.in_phase_s is None else f"{row.in_phase_s:.0f} s",
+                row.last_time[11:19] if row.last_time else "-",
             )
         out.print(table)
 
     if report.missing:
         out.print("[bold]Missing from a milestone other ranks reached:[/]")
         for entry in report.missing:
-            out.print(f"  {entry.milestone.value}: {', '.join(entry.ranks)}", markup=False)
+            never = f" (never printed: {', '.join(entry.never_seen)})" if entry.never_seen else ""
+            out.print(f"  {entry.milestone.value}: {', '.join(entry.ranks)}{never}", markup=False)
+        if report.expected is not None and report.expected.nodes > 1:
+            out.print(
+                f"  this log is node {report.expected.node_rank} of {report.expected.nodes}; ranks of the "
+                "other nodes print in their own logs: check those nodes started and joined",
+                markup=False,
+            )
     if report.exception:
-        out.print(f"[bold]Exception:[/] {report.exception}", highlight=False)
+        label = "" if report.exception.startswith("Exception:") else "Exception: "
+        # Text, not markup: exception messages hold brackets ("[/pytorch/third_party/gloo/...]").
+        out.print(Text.assemble((label, "bold"), report.exception), highlight=False)
     if report.outcome != "ready" and report.evidence:
         out.print("[bold]Evidence:[/]")
         for line in report.evidence[-8:]:
@@ -75,8 +98,13 @@ def _human(report: AnalysisReport, out: Console) -> None:
     if report.likely_causes:
         out.print("[bold]Likely causes:[/]")
         for number, cause in enumerate(report.likely_causes, start=1):
-            because = f" (seen: {', '.join(cause.hints_found)})" if cause.hints_found else ""
+            because = (
+                " (generic: nothing in the log points at it)"
+                if cause.generic
+                else f" (seen: {', '.join(cause.evidence)})"
+            )
             out.print(f" {number}. {cause.title}{because}", markup=False, highlight=False)
             out.print(f"    why: {cause.why}", markup=False, highlight=False)
             for step in cause.what_to_try:
                 out.print(f"    try: {step}", markup=False, highlight=False)
+            out.print(f"    source: {cause.source}", markup=False, highlight=False)

@@ -1,18 +1,24 @@
 """The SGLang log model: lines -> events -> phases, timelines and verdicts. Pure; no Docker.
 
     parse_text(text) / LogParser.feed(line)    events (milestones, notes, errors with tracebacks)
-    Tracker                                     phases per rank, stall windows, deadlines, verdicts
+    Tracker                                     one launch attempt: phases per rank, stall
+                                                windows, deadlines, verdicts (kit/logs/verdicts.py)
+    Attempts                                    the same interface over a log of several
+                                                launches: judges the last, summarises the others
     analyze_text(text) / analyze_path(path)     an offline report with likely causes
 
 Patterns per SGLang release live in patterns.toml and likely causes in causes.toml; see
 docs/logs.md.
 """
 
+from kit.logs.activity import ActivitySample
 from kit.logs.analyze import AnalysisReport, analyze_path, analyze_text
+from kit.logs.attempts import Attempts, AttemptSummary
 from kit.logs.events import Event, Milestone, Note, Phase, Rank, phase_after
+from kit.logs.launch import ExpectedRank, LaunchArgs
 from kit.logs.parser import LogParser, parse_text
-from kit.logs.tracker import (
-    ActivitySample,
+from kit.logs.tracker import Tracker
+from kit.logs.verdicts import (
     Crashed,
     Deadline,
     Hung,
@@ -22,7 +28,6 @@ from kit.logs.tracker import (
     RankState,
     Ready,
     StageSeconds,
-    Tracker,
     Verdict,
     VerdictKind,
 )
@@ -30,10 +35,14 @@ from kit.logs.tracker import (
 __all__ = [
     "ActivitySample",
     "AnalysisReport",
+    "AttemptSummary",
+    "Attempts",
     "Crashed",
     "Deadline",
     "Event",
+    "ExpectedRank",
     "Hung",
+    "LaunchArgs",
     "LogParser",
     "Milestone",
     "MissingRanks",

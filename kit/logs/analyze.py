@@ -1,27 +1,36 @@
-"""Offline analysis of a whole SGLang log: where start-up got to, who is behind, and why.
+"""Offline analysis of a whole log: which launch attempt, where start-up got to, who is behind, why.
 
-The parser finds the events, the tracker replays them on the log's own timestamps (no activity
-samples: a log file has none), and causes.toml turns outcome, phase and evidence into likely
-causes. `outcome` is "ready", "crashed", or "stalled" when the log ends with neither.
+The parser finds the events; the attempt splitter replays them on the log's own timestamps (no
+activity samples: a log file has none), one tracker per launch attempt, and judges the last
+attempt; causes.toml ranks likely causes by the evidence found. `outcome` is the live verdict's
+word: "ready", "crashed", or "hung" when the log ends with neither (offline nobody can measure
+how long it was quiet; "hung" says start-up stopped where the log stops).
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.errors import InputError
+from kit.errors import ExitCode, InputError
+from kit.logs.attempts import Attempts
 from kit.logs.causes import match_causes
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
 from kit.logs.patterns import PatternSet
 from kit.logs.prefix import first_time
-from kit.logs.tracker import Crashed, PhaseLimits, Ready, Tracker
+from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
+from kit.logs.tracker import Tracker
+from kit.logs.verdicts import Crashed, Hung, PhaseLimits, Ready, Verdict
 
-Outcome = Literal["ready", "crashed", "stalled"]
+Outcome = Literal["ready", "crashed", "hung"]
+EXIT_CODES: dict[str, int] = {"ready": ExitCode.OK, "crashed": ExitCode.FAILED, "hung": ExitCode.HUNG}
 _EVIDENCE_LIMIT = 20
 _TAIL_LINES = 8
 _LINE_CHARS = 500  # server_args and tqdm lines run to thousands of characters
@@ -31,25 +40,10 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class RankRow(_Frozen):
-    rank: str  # "TP1", "DP0 TP1", or "main" for the process without a rank prefix
-    last_milestone: Milestone | None
-    phase: Phase | None
-    last_time: datetime | None
-    phase_elapsed_s: float | None  # in its current phase, up to the log's last timestamp
-
-
 class MissingRow(_Frozen):
     milestone: Milestone
     ranks: list[str]
-
-
-class SpanRow(_Frozen):
-    rank: str
-    phase: Phase
-    start: datetime | None
-    end: datetime | None
-    elapsed_s: float | None
+    never_seen: list[str]  # of those, the ranks that printed nothing at all
 
 
 class EvidenceLine(_Frozen):
@@ -58,24 +52,48 @@ class EvidenceLine(_Frozen):
     text: str
 
 
-class LikelyCause(_Frozen):
-    id: str
-    title: str
-    why: str
-    what_to_try: list[str]
-    hints_found: list[str]  # words in the evidence that point at this cause
+class AttemptRow(_Frozen):
+    number: int
+    outcome: Outcome
+    phase: Phase | None
+    last_milestone: Milestone | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    exception: str | None
+
+
+class AttemptBlock(_Frozen):
+    number: int  # the attempt judged: the last one
+    count: int
+    first_line: int  # where it begins in the log (1 when the log holds one attempt)
+    summary: str  # "attempt 3 of 3; attempts 1-2 CRASHED in load"
+    earlier: list[AttemptRow]
+
+
+class ExpectedBlock(_Frozen):
+    """The ranks the judged attempt's launch line promises (`server_args=`), or `--expected`."""
+
+    source: Literal["launch", "limits"]
+    ranks: list[str]
+    nodes: int
+    node_rank: int  # the node whose log this is
+    never_seen: list[str]
 
 
 class AnalysisReport(_Frozen):
     source: str | None
     outcome: Outcome
+    exit_code: int
     last_milestone: Milestone | None
     phase: Phase | None
+    phase_from: Literal["milestones", "exception"] | None  # how the phase is known
     dialect: str | None  # newest SGLang wording seen ("0.4", "0.5", "0.5.16", "0.5.21"), if any
     lines: int
     started_at: datetime | None
     ended_at: datetime | None
-    startup_s: float | None  # first stamped line to "ready"
+    startup_s: float | None  # the judged attempt's start to "ready"
+    attempt: AttemptBlock
+    expected: ExpectedBlock | None
     ranks: list[RankRow]
     missing: list[MissingRow]
     stuck: list[str]
@@ -83,91 +101,112 @@ class AnalysisReport(_Frozen):
     evidence: list[EvidenceLine]
     exception: str | None
     tail: list[str]
-    likely_causes: list[LikelyCause]
+    likely_causes: list[CauseRow]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a log is read: a million-line log allocates some
+    hundred thousand events and spans, none of them in cycles, and the collector's passes over
+    them cost ~15 % of the time. Restored afterwards, also on errors."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def replay(events: list[Event], base: datetime | None, limits: PhaseLimits | None = None):
+    """Events on the log's own clock through the attempt splitter.
+
+    Returns (attempts, t): t is the last time seen (seconds since `base`).
+    """
+    timed: list[tuple[Event, float]] = []
+    t = 0.0
+    clock: dict[datetime, float] = {}  # ranks print the same second many times
+    for event in events:
+        stamp = event.time
+        if stamp is not None and base is not None:
+            seconds = clock.get(stamp)
+            if seconds is None:
+                seconds = clock[stamp] = (stamp - base).total_seconds()
+            if seconds > t:  # log order wins over clock jitter
+                t = seconds
+        timed.append((event, t))
+    return Attempts.start(limits, 0.0).observe_timed(timed), t
 
 
 def analyze_text(
     text: str, *, source: str | None = None, limits: PhaseLimits | None = None
 ) -> AnalysisReport:
-    events = parse_text(text)
-    # Time zero is the launcher's first stamped line, so start-up time includes imports and args.
-    base = first_time(text) or next((e.time for e in events if e.time is not None), None)
-    tracker = Tracker.start(limits)
-    t = 0.0
-    for event in events:
-        if event.time is not None and base is not None:
-            t = max(t, (event.time - base).total_seconds())  # log order wins over clock jitter
-        tracker = tracker.observe_event(event, t)
+    with _collector_paused():
+        events = parse_text(text)
+        # Time zero is the launcher's first stamped line, so start-up time includes imports and
+        # args.
+        base = first_time(text) or next((e.time for e in events if e.time is not None), None)
+        attempts, t = replay(events, base, limits)
+    tracker = attempts.current
+    own = [e for e in events if e.line_no >= attempts.first_line] if attempts.number > 1 else events
     verdict = tracker.verdict(t, ended=True)
     outcome: Outcome = (
-        "ready" if isinstance(verdict, Ready) else "crashed" if isinstance(verdict, Crashed) else "stalled"
+        "ready" if isinstance(verdict, Ready) else "crashed" if isinstance(verdict, Crashed) else "hung"
     )
 
     def when(seconds: float | None) -> datetime | None:
         return None if base is None or seconds is None else base + timedelta(seconds=seconds)
 
+    phase = verdict.phase if isinstance(verdict, Crashed | Hung) else tracker.phase
+    phase_from = verdict.phase_from if isinstance(verdict, Crashed) else ("milestones" if phase else None)
     missing = tracker.missing()
     exception = verdict.exception if isinstance(verdict, Crashed) else None
-    evidence = _evidence(events, tracker, outcome)
+    evidence = _evidence(own, tracker, outcome)
     tail = _tail(text)
-    haystack = "\n".join(
-        [
-            *(e.text for e in evidence),
-            *tail,
-            exception or "",
-            *(str(e.fields.get("traceback", "")) for e in events if e.is_error),
-            *(f"kind={e.fields['kind']}" for e in events if e.is_error and "kind" in e.fields),
-            "missing-ranks" if missing else "",
-            *dict.fromkeys(e.text for e in events if e.note is not None),  # each distinct note once
-        ]
-    )
-    causes = match_causes(outcome, tracker.phase, haystack)
-    versioned = [e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()]
+    causes = () if outcome == "ready" else _causes(outcome, phase, tracker, verdict, own, evidence, tail)
+    versioned = {e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()}
     return AnalysisReport(
         source=source,
         outcome=outcome,
+        exit_code=int(EXIT_CODES[outcome]),
         last_milestone=tracker.last_milestone,
-        phase=tracker.phase,
+        phase=phase,
+        phase_from=phase_from,  # type: ignore[arg-type]
         dialect=max(versioned, key=PatternSet.dialect_rank, default=None),
         lines=text.count("\n") + (0 if not text or text.endswith("\n") else 1),
         started_at=base,
         ended_at=when(t),
-        startup_s=None if base is None else tracker.ready_at,
-        ranks=[
-            RankRow(
-                rank=s.label,
-                last_milestone=s.milestone,
-                phase=s.phase,
-                last_time=s.last_time,
-                phase_elapsed_s=None if base is None or s.phase is None else round(t - s.phase_since, 3),
-            )
-            for s in tracker.rank_states
+        startup_s=None if tracker.ready_at is None else round(tracker.ready_at - tracker.started_at, 3),
+        attempt=AttemptBlock(
+            number=attempts.number,
+            count=attempts.count,
+            first_line=attempts.first_line,
+            summary=attempts.summary(),
+            earlier=[
+                AttemptRow(
+                    number=a.number,
+                    outcome=a.outcome,  # type: ignore[arg-type]
+                    phase=a.phase,
+                    last_milestone=a.last_milestone,
+                    started_at=when(a.started_at),
+                    ended_at=when(a.ended_at),
+                    exception=a.exception,
+                )
+                for a in attempts.earlier[-50:]  # a log of thousands of restarts: the last ones
+            ],
+        ),
+        expected=_expected(tracker, limits),
+        ranks=list(rank_rows(tracker, t)),
+        missing=[
+            MissingRow(milestone=m.milestone, ranks=list(m.ranks), never_seen=list(m.never_seen))
+            for m in missing
         ],
-        missing=[MissingRow(milestone=m.milestone, ranks=list(m.ranks)) for m in missing],
         stuck=list(tracker.stuck_ranks()),
-        timeline=[
-            SpanRow(
-                rank=span.rank,
-                phase=span.phase,
-                start=when(span.start),
-                end=when(span.end),
-                elapsed_s=None if base is None else round(span.elapsed(t), 3),
-            )
-            for span in tracker.timeline
-        ],
+        timeline=list(span_rows(tracker, t, base)),
         evidence=[EvidenceLine(line_no=e.line_no, rank=e.rank_label, text=_clip(e.text)) for e in evidence],
         exception=exception,
         tail=tail,
-        likely_causes=[
-            LikelyCause(
-                id=m.cause.id,
-                title=m.cause.title,
-                why=m.cause.why,
-                what_to_try=list(m.cause.what_to_try),
-                hints_found=list(m.hints_found),
-            )
-            for m in causes
-        ],
+        likely_causes=list(causes),
     )
 
 
@@ -182,6 +221,74 @@ def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> Anal
             "give the path of a log file, or - for stdin",
         ) from exc
     return analyze_text(data.decode("utf-8", errors="replace"), source=str(path), limits=limits)
+
+
+def _expected(tracker: Tracker, limits: PhaseLimits | None) -> ExpectedBlock | None:
+    expected = tracker.expected()
+    if not expected:
+        return None
+    launch = tracker.launch
+    from_limits = bool(limits and limits.expected_ranks) or launch is None
+    return ExpectedBlock(
+        source="limits" if from_limits else "launch",
+        ranks=[r.key for r in expected],
+        nodes=1 if from_limits or launch is None else launch.nnodes,
+        node_rank=0 if from_limits or launch is None else launch.node_rank,
+        never_seen=[r.key for r in tracker.never_seen()],
+    )
+
+
+def _causes(
+    outcome: Outcome,
+    phase: Phase | None,
+    tracker: Tracker,
+    verdict: Verdict | None,
+    events: list[Event],
+    evidence: list[Event],
+    tail: list[str],
+) -> tuple[CauseRow, ...]:
+    """Likely causes from the attempt's evidence: its kept lines, tail, notes, and the errors up to
+    the crash (the lines after it, "Killed", "Received sigquit", are its consequences)."""
+    crash = tracker.crash(0.0, ended=True) if isinstance(verdict, Crashed) else None
+    last_line = crash[1].line_no if crash is not None else None
+    errors = [e for e in events if e.is_error and (last_line is None or e.line_no <= last_line)]
+    raised = "\n".join(
+        [
+            getattr(verdict, "exception", None) or "",
+            *(str(e.fields.get("exception", "")) for e in errors),
+            *(str(e.fields.get("traceback", "")) for e in errors),
+            *(e.text for e in errors),
+        ]
+    )
+    haystack = "\n".join(
+        [
+            raised,
+            *(e.text for e in evidence),
+            *tail,
+            *(f"kind={e.fields['kind']}" for e in errors if "kind" in e.fields),
+            "missing-ranks" if tracker.missing() else "",
+            *_memory_facts(events),
+            *dict.fromkeys(e.text for e in events if e.note is not None),  # each distinct note once
+        ]
+    )
+    # Before the first milestone: the launcher's own stage when its launch line is in the log,
+    # else unknown (a pasted tail): then evidence may point at any phase.
+    phase_known = (
+        phase is not None or tracker.launch is not None or any(e.note is Note.LAUNCH for e in events)
+    )
+    return cause_rows(match_causes(outcome, phase, haystack, exception=raised, phase_known=phase_known))
+
+
+def _memory_facts(events: list[Event]) -> list[str]:
+    """`avail-mem-low` when under a fifth of the GPU was left after the weights loaded (the last
+    `Load weight end` with both numbers): the KV pool is then likely not to fit."""
+    for event in reversed(events):
+        if event.milestone is Milestone.LOAD_END:
+            avail, used = event.fields.get("avail_mem_gb"), event.fields.get("mem_gb")
+            if isinstance(avail, float) and isinstance(used, float) and avail + used > 0:
+                return ["avail-mem-low"] if avail / (avail + used) < 0.2 else []
+            return []
+    return []
 
 
 def _evidence(events: list[Event], tracker: Tracker, outcome: Outcome) -> list[Event]:
@@ -205,7 +312,8 @@ def _evidence(events: list[Event], tracker: Tracker, outcome: Outcome) -> list[E
         laggards = [e for e in last_of_rank.values() if e.rank_label in stuck]
         # When every rank is stuck at the same step, two lines say it; otherwise name each laggard.
         keep(laggards[-2:] if len(laggards) == len(last_of_rank) else laggards[:8])
-        keep([e for e in events if e.note is not None and e.note is not Note.SHUTDOWN][-4:])
+        notes = [e for e in events if e.note is not None and e.note not in (Note.SHUTDOWN, Note.LAUNCH)]
+        keep(notes[-4:])
     return sorted(chosen.values(), key=lambda e: e.line_no)[-_EVIDENCE_LIMIT:]
 
 

@@ -1,7 +1,12 @@
-"""Match an analysis (outcome, phase, evidence text) against the likely causes in causes.toml."""
+"""Rank the likely causes in causes.toml by the evidence an analysis found (see that file's header).
+
+Evidence decides the order: a cause whose exception was raised beats one whose words appear, and
+both beat causes that merely fit the outcome and phase; those come last, marked generic.
+"""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -10,8 +15,23 @@ from typing import Any
 
 from kit.logs.events import Phase
 
-OUTCOMES = frozenset({"ready", "crashed", "stalled"})
+OUTCOMES = frozenset({"ready", "crashed", "hung"})
 _PHASES = frozenset(p.value for p in Phase) | {"none"}
+_KEYS = frozenset(
+    {
+        "id",
+        "title",
+        "why",
+        "what_to_try",
+        "source",
+        "outcome",
+        "phase",
+        "devices",
+        "exceptions",
+        "words",
+        "requires",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,39 +40,77 @@ class Cause:
     title: str
     why: str
     what_to_try: tuple[str, ...]
+    source: str
     outcomes: frozenset[str] | None = None  # None: any
     phases: frozenset[str] | None = None
     requires: tuple[str, ...] = ()
-    hints: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+    exceptions: tuple[str, ...] = ()
     devices: frozenset[str] | None = None  # None: any
+
+    @property
+    def hints(self) -> tuple[str, ...]:  # the older name of `words`
+        return self.words
 
 
 @dataclass(frozen=True, slots=True)
 class CauseMatch:
+    """A cause that fits, with what was found for it (exceptions first, then words)."""
+
     cause: Cause
-    hints_found: tuple[str, ...]
+    evidence: tuple[str, ...]
+    generic: bool  # nothing found: it only fits the outcome and phase
+    score: int = 0
+
+    @property
+    def hints_found(self) -> tuple[str, ...]:  # the older name of `evidence`
+        return self.evidence
+
+
+@cache
+def _word(word: str) -> re.Pattern[str]:
+    """A case-insensitive search for `word` where a word starts ("RoCE" is not in "process");
+    it may run on ("BatchDecode" is in "BatchDecodeWithPagedKVCache")."""
+    head = r"(?<![A-Za-z0-9])" if word[:1].isalnum() else ""
+    return re.compile(head + re.escape(word), re.IGNORECASE)
+
+
+def found_words(words: tuple[str, ...], text: str) -> tuple[str, ...]:
+    return tuple(word for word in words if _word(word).search(text))
+
+
+def _strings(raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = raw.get(key, ())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: `{key}` must be a list of non-empty strings")
+    return tuple(value)
 
 
 def _cause(raw: dict[str, Any]) -> Cause:
     where = f"causes.toml {raw.get('id')!r}"
-    for key in ("id", "title", "why", "what_to_try"):
+    for key in ("id", "title", "why", "what_to_try", "source"):
         if not raw.get(key):
             raise ValueError(f"{where}: `{key}` is required")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
     outcomes = frozenset(raw["outcome"]) if "outcome" in raw else None
     phases = frozenset(raw["phase"]) if "phase" in raw else None
     if outcomes is not None and not outcomes <= OUTCOMES:
-        raise ValueError(f"{where}: unknown outcome {sorted(outcomes - OUTCOMES)}")
+        raise ValueError(f"{where}: unknown outcome {sorted(outcomes - OUTCOMES)} (use {sorted(OUTCOMES)})")
     if phases is not None and not phases <= _PHASES:
         raise ValueError(f"{where}: unknown phase {sorted(phases - _PHASES)}")
     return Cause(
         id=raw["id"],
         title=raw["title"],
         why=raw["why"],
-        what_to_try=tuple(raw["what_to_try"]),
+        what_to_try=_strings(raw, "what_to_try", where),
+        source=str(raw["source"]),
         outcomes=outcomes,
         phases=phases,
-        requires=tuple(raw.get("requires", ())),
-        hints=tuple(raw.get("hints", ())),
+        requires=_strings(raw, "requires", where),
+        words=_strings(raw, "words", where),
+        exceptions=_strings(raw, "exceptions", where),
         devices=frozenset(raw["devices"]) if "devices" in raw else None,
     )
 
@@ -83,25 +141,40 @@ def match_causes(
     book: CauseBook | None = None,
     limit: int = 6,
     device: str | None = None,
+    exception: str | None = None,
+    phase_known: bool = True,
 ) -> tuple[CauseMatch, ...]:
-    """Causes that fit: those with more hints found in the evidence first, then in file order.
+    """Causes that fit, ranked by evidence (see the module docstring).
 
-    `device` (cuda, cpu) drops causes that cannot happen there (NCCL on a CPU rehearsal); None, for
-    an offline log that does not say, keeps them all.
+    `evidence` is the text searched for words (case-insensitive); `exception` the exception and
+    traceback text searched for a cause's exceptions (case-sensitive; `evidence` when None).
+    `phase` None with `phase_known` means "before the first milestone"; with `phase_known=False`
+    (a pasted tail whose phase nothing tells) a cause with evidence fits whatever its phases.
+    `device` (cuda, cpu) drops causes that cannot happen there (NCCL on a CPU rehearsal); None,
+    for an offline log that does not say, keeps them all.
     """
-    haystack = evidence.lower()
+    raised = evidence if exception is None else exception
     phase_name = "none" if phase is None else phase.value
-    fitting: list[CauseMatch] = []
-    for cause in (book or default_causes()).causes:
+    found: list[tuple[int, int, CauseMatch]] = []
+    for order, cause in enumerate((book or default_causes()).causes):
         if cause.outcomes is not None and outcome not in cause.outcomes:
-            continue
-        if cause.phases is not None and phase_name not in cause.phases:
             continue
         if device is not None and cause.devices is not None and device not in cause.devices:
             continue
-        if cause.requires and not any(word.lower() in haystack for word in cause.requires):
+        if cause.requires and not found_words(cause.requires, evidence):
             continue
-        found = tuple(word for word in cause.hints if word.lower() in haystack)
-        fitting.append(CauseMatch(cause, found))
-    fitting.sort(key=lambda m: -len(m.hints_found))  # stable: file order breaks ties
-    return tuple(fitting[:limit])
+        hits = tuple(e for e in cause.exceptions if e in raised)
+        words = tuple(w for w in found_words(cause.words, evidence) if w not in hits)
+        fits_phase = cause.phases is None or phase_name in cause.phases
+        if not fits_phase and (phase_known or not (hits or words)):
+            continue
+        generic = not (hits or words)
+        # Among causes with no evidence, one made for this phase alone beats one that fits many
+        # phases; among causes with equal evidence the book's order (commoner first) decides.
+        specific = 0
+        if generic and cause.phases and phase_name in cause.phases:
+            specific = 10 - min(len(cause.phases), 9)
+        score = 1000 * len(hits) + 100 * len(words) + specific
+        found.append((-score, order, CauseMatch(cause, hits + words, generic, score)))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return tuple(match for _, _, match in found[:limit])

@@ -39,7 +39,8 @@ class Phase(StrEnum):
 
 
 class Note(StrEnum):
-    """Lines worth keeping as evidence that are not start-up steps (NCCL progress, shutdown)."""
+    """Lines worth keeping as evidence that are not start-up steps (NCCL progress, shutdown), and
+    the launch line that opens each launch attempt."""
 
     NCCL_VERSION = "nccl.version"
     NCCL_CONNECTED = "nccl.connected"
@@ -50,6 +51,7 @@ class Note(StrEnum):
     GLOO_CONNECTED = "gloo.connected"
     MAMBA_READY = "memory.mamba"
     SHUTDOWN = "shutdown"
+    LAUNCH = "launch"  # the launcher's once-per-start line (server_args=...): a new attempt
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.
@@ -105,17 +107,22 @@ class Rank:
     dp: int | None = None
     pp: int | None = None
     ep: int | None = None
+    # Computed once: every event asks for its rank's key, hundreds of thousands of times a log.
+    _label: str = field(default="", init=False, compare=False, repr=False)
+    _key: str | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parts = [(n, v) for n, v in (("DP", self.dp), ("PP", self.pp), ("TP", self.tp)) if v is not None]
+        key = " ".join(f"{n}{v}" for n, v in parts)
+        label = key if self.ep is None else f"{key} EP{self.ep}".strip()
+        if not parts:
+            key = None if self.ep is None else f"EP{self.ep}"
+        object.__setattr__(self, "_label", label or "main")
+        object.__setattr__(self, "_key", key)
 
     @property
     def label(self) -> str:
-        parts = [
-            (name, value)
-            for name, value in (("DP", self.dp), ("PP", self.pp), ("TP", self.tp))
-            if value is not None
-        ]
-        if self.ep is not None:
-            parts.append(("EP", self.ep))
-        return " ".join(f"{name}{value}" for name, value in parts) or "main"
+        return self._label
 
     @property
     def key(self) -> str | None:
@@ -124,10 +131,7 @@ class Rank:
         DP and PP replicas restart TP numbering at 0, so they are part of the key; EP is derived
         from the TP rank and is not.
         """
-        if self.tp is None and self.dp is None and self.pp is None:
-            return None if self.ep is None else f"EP{self.ep}"
-        parts = [(n, v) for n, v in (("DP", self.dp), ("PP", self.pp), ("TP", self.tp)) if v is not None]
-        return " ".join(f"{n}{v}" for n, v in parts)
+        return self._key
 
     @property
     def group(self) -> tuple[int | None, int | None]:

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.logs.events import Event, Milestone
-from kit.logs.patterns import TRACEBACK_START, Pattern, PatternSet, default_patterns
+from kit.logs.events import Event, Milestone, Note
+from kit.logs.launch import launch_fields
+from kit.logs.patterns import TRACEBACK_FRAME, TRACEBACK_START, Pattern, PatternSet, default_patterns
 from kit.logs.prefix import sglang_prefix, strip_wrappers
 
 # The last line of a traceback: an exception class name, optionally dotted, then ": message".
@@ -31,6 +32,17 @@ class _PendingTraceback:
     line_no: int
     opener: str
     lines: list[str] = field(default_factory=list)
+    headless: bool = False  # a pasted tail that starts at a frame, without the opener
+
+
+def _chain(first: re.Match[str], scan: re.Pattern[str], line: str):
+    """The first hit, then the hits after it."""
+    yield first
+    yield from scan.finditer(line, first.end())
+
+
+def _is_frame(line: str) -> bool:
+    return strip_wrappers(line).lstrip().startswith(TRACEBACK_FRAME)
 
 
 def _traceback_step(line: str) -> int:
@@ -55,6 +67,9 @@ class LogParser:
         self._line_no = 0
         self._pending: _PendingTraceback | None = None
         self._seen_once: set[Pattern] = set()
+        # Line tails (from the first scan hit on) already classified: ranks and restarts print
+        # the same milestone text over and over. Only results that depend on the tail alone.
+        self._memo: dict[str, tuple[Pattern, int, dict[str, Any]]] = {}
 
     @property
     def line_no(self) -> int:
@@ -72,7 +87,6 @@ class LogParser:
     def feed_text(self, text: str) -> list[Event]:
         """Read a buffer: the same events as feeding each piece of `text.split("\\n")`."""
         events: list[Event] = []
-        search = self._search
         size = len(text)
         pos = 0
         while pos <= size:
@@ -82,7 +96,7 @@ class LogParser:
                 events.extend(self._feed_one(text[pos:end]))
                 pos = end + 1
                 continue
-            hit = search(text, pos)
+            hit = self._search(text, pos)  # narrows as `once` lines are seen
             if hit is None:
                 self._line_no += text.count("\n", pos) + 1
                 break
@@ -90,7 +104,7 @@ class LogParser:
             self._line_no += text.count("\n", pos, start)
             end = text.find("\n", hit.start())
             end = size if end < 0 else end
-            events.extend(self._feed_one(text[start:end]))
+            events.extend(self._feed_one(text[start:end], hit.start() - start))
             pos = end + 1
         return events
 
@@ -102,7 +116,8 @@ class LogParser:
 
     # -- one line ---------------------------------------------------------------------------
 
-    def _feed_one(self, line: str) -> list[Event]:
+    def _feed_one(self, line: str, hit: int | None = None) -> list[Event]:
+        """One line; `hit` is where the scan first matched in it, when the caller already knows."""
         self._line_no += 1
         if line.endswith("\r"):
             line = line[:-1]
@@ -117,21 +132,44 @@ class LogParser:
                 self._pending.lines.append(line)
                 return [self._finish_traceback(strip_wrappers(line).strip())]
             events.append(self._finish_traceback(None))  # cut off; this line is read normally
-        if self._search(line) is None:
-            return events
+            hit = None
+        if hit is None:
+            found = self._search(line)
+            if found is None:
+                return events
+            hit = found.start()
         if TRACEBACK_START in line:
             self._pending = _PendingTraceback(self._line_no, line, [line])
             return events
-        event = self._classify(line)
+        if TRACEBACK_FRAME in line and _is_frame(line):
+            self._pending = _PendingTraceback(self._line_no, line, [line], headless=True)
+            return events
+        event = self._classify(line, hit)
         if event is not None:
             events.append(event)
         return events
 
-    def _classify(self, line: str) -> Event | None:
+    def _classify(self, line: str, start: int = 0) -> Event | None:
+        """The first pattern that matches `line`, trying scan hits from `start` on (the first
+        hit; earlier ones can only be `once` lines already seen)."""
+        tail = line[start:]
+        memo = self._memo.get(tail)
+        if memo is not None:
+            pattern, offset, fields = memo
+            time, rank = sglang_prefix(line, start + offset)
+            return Event(
+                self._line_no, time, rank, pattern.milestone, dict(fields), line,
+                pattern.note, pattern.dialect, pattern.rank0_only, pattern.fatal,
+            )  # fmt: skip
         by_scan = self._patterns.by_scan
-        for hit in self._patterns.scan.finditer(line):
+        scan = self._patterns.scan
+        first = scan.match(line, start)  # the caller's hit: no iterator for the usual one-hit line
+        hits = scan.finditer(line, start + 1) if first is None else _chain(first, scan, line)
+        skipped = False
+        for hit in hits:
             for pattern in by_scan[hit.group()]:
                 if pattern.once and pattern in self._seen_once:
+                    skipped = True
                     continue
                 if pattern.whole_line:
                     found = pattern.regex.fullmatch(strip_wrappers(line).strip())
@@ -140,52 +178,76 @@ class LogParser:
                 if found is not None:
                     if pattern.once:
                         self._seen_once.add(pattern)
-                    return self._event(pattern, found, line, hit.start())
+                        self._search = self._patterns.scan_without(frozenset(self._seen_once)).search
+                    event = self._event(pattern, found, line, hit.start())
+                    if (
+                        not skipped
+                        and found.start() >= start
+                        and not (pattern.once or pattern.whole_line or pattern.note is Note.LAUNCH)
+                        and pattern.milestone is not Milestone.ERROR
+                    ):
+                        if len(self._memo) > 4096:
+                            self._memo.clear()
+                        self._memo[tail] = (pattern, hit.start() - start, dict(event.fields))
+                    return event
         return None
 
     def _event(self, pattern: Pattern, found: re.Match[str], line: str, at: int) -> Event:
         time, rank = sglang_prefix(line, at)
         fields: dict[str, Any] = {}
-        for name, value in found.groupdict().items():
+        for name, kind in pattern.groups:
+            value = found.group(name)
             if value is not None:
-                fields[name] = self._typed(name, value.strip())
+                value = value.strip()
+                try:
+                    fields[name] = kind(value)
+                except ValueError:
+                    fields[name] = value
         if pattern.kind:
             fields["kind"] = pattern.kind
-        return Event(
-            line_no=self._line_no,
-            time=time,
-            rank=rank,
-            milestone=pattern.milestone,
-            fields=fields,
-            text=line,
-            note=pattern.note,
-            dialect=pattern.dialect,
-            rank0_only=pattern.rank0_only,
-            fatal=pattern.fatal,
+        if pattern.note is Note.LAUNCH:
+            # A new launch: its arguments say which ranks to expect, and "once" lines count again.
+            fields.update(launch_fields(line))
+            self._seen_once.clear()
+            self._search = self._patterns.scan.search
+        elif pattern.milestone is Milestone.ERROR:
+            hint = self._patterns.phase_of(line)
+            if hint is not None:
+                fields["phase_hint"] = hint.value
+        return Event(  # positional: a hundred thousand of these per log of restarts
+            self._line_no,
+            time,
+            rank,
+            pattern.milestone,
+            fields,
+            line,
+            pattern.note,
+            pattern.dialect,
+            pattern.rank0_only,
+            pattern.fatal,
         )
-
-    def _typed(self, name: str, value: str) -> Any:
-        try:
-            if name in self._patterns.int_fields:
-                return int(value)
-            if name in self._patterns.float_fields:
-                return float(value)
-        except ValueError:
-            pass
-        return value
 
     def _finish_traceback(self, exception: str | None) -> Event:
         pending, self._pending = self._pending, None
         assert pending is not None
         opener = pending.opener
-        at = opener.find(TRACEBACK_START)
-        time, rank = sglang_prefix(opener, at)
-        # SGLang's scheduler logs its fatal exception as "Scheduler hit an exception: Traceback ...".
-        scheduler = "Scheduler hit an exception" in opener
-        fields: dict[str, Any] = {"kind": "scheduler_exception" if scheduler else "traceback"}
+        at = -1 if pending.headless else opener.find(TRACEBACK_START)
+        time, rank = sglang_prefix(opener, at if at >= 0 else None)
+        fields: dict[str, Any] = {"kind": "traceback"}
+        fatal = False
+        # The opener's own words may be a fatal error line: "Scheduler hit an exception: Traceback
+        # ...", "Initialization failed. warmup error: Traceback ...".
+        head = self._classify(opener[:at]) if at > 0 else None
+        if head is not None and head.milestone is Milestone.ERROR and head.fatal:
+            fields["kind"], fatal = head.fields.get("kind", "traceback"), True
+        if pending.headless:
+            fields["headless"] = True
         if exception:
             fields["exception"] = exception
         fields["traceback"] = "\n".join(pending.lines)
+        hint = self._patterns.phase_of(fields["traceback"])
+        if hint is not None:
+            fields["phase_hint"] = hint.value
         return Event(
             line_no=pending.line_no,
             time=time,
@@ -194,7 +256,7 @@ class LogParser:
             fields=fields,
             text=opener,
             dialect="errors",
-            fatal=scheduler,
+            fatal=fatal,
         )
 
 

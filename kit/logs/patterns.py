@@ -7,16 +7,21 @@ log is searched at memory speed and only lines holding a scan string reach Pytho
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from kit.logs.events import Milestone, Note
+from kit.logs.events import Milestone, Note, Phase
+from kit.logs.prefix import strip_wrappers
 
 TRACEBACK_START = "Traceback (most recent call last)"
+# A traceback's frame line. A paste that starts inside a traceback (no opener) is read from its
+# first frame on, so a pasted tail still yields its exception.
+TRACEBACK_FRAME = 'File "'
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,18 @@ class Pattern:
     fatal: bool = False
     whole_line: bool = False
     once: bool = False
+    # The regex's named groups with the type each is read as (int, float or str), in order.
+    groups: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExceptionPhase:
+    """Which start-up phase a traceback belongs to, from its message or its frames (one dialect)."""
+
+    dialect: str
+    phase: Phase
+    messages: tuple[str, ...] = ()
+    frames: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,50 @@ class PatternSet:
     scan: re.Pattern[str]
     float_fields: frozenset[str]
     int_fields: frozenset[str]
+    exception_phases: tuple[ExceptionPhase, ...] = ()
+    _narrowed: dict[frozenset[Pattern], re.Pattern[str]] = field(default_factory=dict, compare=False)
+
+    def scan_without(self, seen_once: frozenset[Pattern]) -> re.Pattern[str]:
+        """The scan minus the scan strings whose patterns are all `once` and already seen.
+
+        NCCL prints one `via P2P/` line per channel, thousands per start; once the first was
+        read they need not reach Python at all. Cached per set (there are few once patterns).
+        """
+        if not seen_once:
+            return self.scan
+        narrowed = self._narrowed.get(seen_once)
+        if narrowed is None:
+            keep = [
+                scan
+                for scan, patterns in self.by_scan.items()
+                if not patterns or not all(p.once and p in seen_once for p in patterns)
+            ]
+            narrowed = self._narrowed[seen_once] = re.compile(_trie_regex(sorted(keep)))
+        return narrowed
+
+    def phase_of(self, text: str) -> Phase | None:
+        """The phase an error's text (traceback or line) points at, or None.
+
+        A message rule wins (`Capture cuda graph failed` is capture wherever it is raised); then
+        the outermost frame naming a phase's own function: SGLang's and vLLM's start-up runs one
+        function per phase (`load_model`, `init_cuda_graphs`, ...), and the frames below it are
+        the helpers it called, which can belong to any phase (a pynccl all-reduce in capture).
+        """
+        for rule in self.exception_phases:
+            if any(message in text for message in rule.messages):
+                return rule.phase
+        lines = text.splitlines()
+        for index, line in enumerate(lines):
+            stripped = strip_wrappers(line).lstrip()
+            if not stripped.startswith(TRACEBACK_FRAME):  # a frame: `File "...", line N, in func`
+                continue
+            # The frame and the source line under it (`self.load_model()`): a tail cut right
+            # after a call still names the phase it called into.
+            source = lines[index + 1] if index + 1 < len(lines) else ""
+            for rule in self.exception_phases:
+                if any(frame in stripped or f"{frame}(" in source for frame in rule.frames):
+                    return rule.phase
+        return None
 
     @staticmethod
     def dialect_rank(dialect: str | None) -> tuple[int, ...]:
@@ -116,10 +177,11 @@ def build_pattern_set(document: dict[str, Any]) -> PatternSet:
         name = str(section["name"])
         dialects.append(name)
         for raw in section.get("pattern", []):
-            pattern = _pattern(name, raw)
+            pattern = _typed_groups(_pattern(name, raw), document.get("fields", {}))
             by_scan.setdefault(pattern.scan, []).append(pattern)
-    # The traceback opener is a scan target too: the parser collects the lines that follow it.
+    # The traceback opener and frames are scan targets too: the parser collects what follows.
     by_scan.setdefault(TRACEBACK_START, [])
+    by_scan.setdefault(TRACEBACK_FRAME, [])
     fields = document.get("fields", {})
     return PatternSet(
         dialects=tuple(dialects),
@@ -127,7 +189,32 @@ def build_pattern_set(document: dict[str, Any]) -> PatternSet:
         scan=re.compile(_trie_regex(sorted(by_scan))),
         float_fields=frozenset(fields.get("float", ())),
         int_fields=frozenset(fields.get("int", ())),
+        exception_phases=tuple(_exception_phase(raw) for raw in document.get("exception_phase", [])),
     )
+
+
+def _typed_groups(pattern: Pattern, fields: dict[str, Any]) -> Pattern:
+    """The pattern with its named groups and their types resolved once (not per line)."""
+    ints, floats = set(fields.get("int", ())), set(fields.get("float", ()))
+    groups = tuple(
+        (name, int if name in ints else float if name in floats else str) for name in pattern.regex.groupindex
+    )
+    return dataclasses.replace(pattern, groups=groups)
+
+
+def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:
+    where = f"patterns.toml [[exception_phase]] {raw.get('dialect')!r} {raw.get('phase')!r}"
+    unknown = set(raw) - {"dialect", "phase", "messages", "frames"}
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+    try:
+        phase = Phase(raw.get("phase"))
+    except ValueError:
+        raise ValueError(f"{where}: `phase` must be one of {[p.value for p in Phase]}") from None
+    messages, frames = tuple(raw.get("messages", ())), tuple(raw.get("frames", ()))
+    if (not messages and not frames) or not all(isinstance(w, str) and w for w in (*messages, *frames)):
+        raise ValueError(f"{where}: give non-empty `messages` and/or `frames` strings")
+    return ExceptionPhase(str(raw.get("dialect", "")), phase, messages, frames)
 
 
 @cache

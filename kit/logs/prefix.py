@@ -3,8 +3,9 @@
 SGLang prefixes each record with `[YYYY-MM-DD HH:MM:SS(.mmm)( DPn)( PPn)( TPn)( EPn)]` (no rank
 part in the main process or, in recent releases, when tp=1); very old releases print `[HH:MM:SS
 TPn]` or `[gpu_id=N]`. Collectors add their own wrappers in front: docker/kubectl `--timestamps`
-(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, `srun -l` (`3: `), Ray (`(SchedulerActor
-pid=123) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
+(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, journald's `Mon DD HH:MM:SS host unit[pid]: `,
+`srun -l` (`3: `), Ray and vLLM workers (`(SchedulerActor pid=123) `, `(VllmWorker rank=1
+pid=5356) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
 (`INFO:     `, vLLM's `INFO 12-02 13:46:15 file.py:12] `).
 
 Milestones are found anywhere in a line, and the SGLang prefix is the last one before the match,
@@ -34,8 +35,9 @@ _WRAPPERS = re.compile(
     r"""(?:
         \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]         # --timestamps
       | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]                         # Docker Desktop
+      | [A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\S+[ ][^\s:\[]+(?:\[\d+\])?:[ ]  # journald
       | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
-      | \([\w.-]+[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]                             # Ray actor
+      | \([\w.-]+(?:[ ][\w.-]+=[\w.-]+)*[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]          # Ray actor, vLLM worker
       | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l
       | \[rank\d+\]:[ ]?                                                       # torch
       | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[ ]\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:\.\d+)?[ ]\S*\][ ]  # vLLM
@@ -61,6 +63,7 @@ def _rank(parts: str) -> Rank | None:
     return Rank(**values) if values else None
 
 
+@lru_cache(maxsize=4096)  # ranks print the same second many times over
 def _time(date: str | None, clock: str, frac: str | None) -> datetime | None:
     # Releases that print only the clock get a placeholder date (1900-01-01): durations inside
     # one day stay right, which is all the tracker needs.
@@ -74,14 +77,16 @@ def _time(date: str | None, clock: str, frac: str | None) -> datetime | None:
 
 def sglang_prefix(line: str, before: int | None = None) -> tuple[datetime | None, Rank | None]:
     """Time and rank from the last SGLang prefix in `line[:before]`, (None, None) when there is none."""
-    last = None
-    for last in _SGLANG_PREFIX.finditer(line, 0, len(line) if before is None else before):  # noqa: B007
-        pass
-    if last is None:
-        return None, None
-    if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP ranks
-        return None, Rank(tp=int(last["gpu"]))
-    return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
+    end = len(line) if before is None else before
+    at = line.rfind("[", 0, end)
+    while at >= 0:  # the last `[` that opens a prefix ending before `end`
+        last = _SGLANG_PREFIX.match(line, at, end)
+        if last is not None:
+            if last["gpu"] is not None:  # 0.2's [gpu_id=N]: one scheduler per GPU, numbered like TP
+                return None, Rank(tp=int(last["gpu"]))
+            return _time(last["date"], last["clock"], last["frac"]), _rank(last["ranks"])
+        at = line.rfind("[", 0, at)
+    return None, None
 
 
 def first_time(text: str) -> datetime | None:

@@ -1,28 +1,25 @@
-"""Follow a server's start-up from its events and activity counters, and name what happened.
+"""Follow one launch attempt's start-up from its events and activity counters, and name the verdict.
 
-`Tracker` is an immutable value: `observe_*` return a new tracker, `verdict(now)` reads one.
-Time is always passed in (monotonic seconds for live use, log timestamps offline); nothing here
-reads a clock, a file or a container.
+`Tracker` is an immutable value: `observe_*` return a new tracker, `verdict(now)` reads one. Time
+is always passed in (monotonic seconds live, log timestamps offline); nothing here reads a clock,
+a file or a container. The verdict types are in kit/logs/verdicts.py; a log holding several
+launches is split into attempts by kit/logs/attempts.py, each attempt with its own tracker.
 
-Verdicts:
-  READY     the server said "fired up and ready to roll".
-  CRASHED   a fatal error line, or an error after which nothing progressed.
-  HUNG      no new log line and no activity growth (CPU, disk reads, GPU memory) for the current
-            phase's stall window; names the ranks stuck in the phase and those missing from a
-            milestone others reached.
-  DEADLINE  the current phase has lasted longer than its deadline, although something moved.
+It is a reducer in linear time: each event costs O(ranks), never O(events so far). Closed phase
+spans and reached milestones go into append-only logs that successive trackers share; a tracker
+remembers how much of each log is its own, and one that is observed again after a newer tracker
+appended (a branch, which live and offline use never do) copies its prefix first. Errors are
+kept as the few summaries verdicts need, not as a growing list.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
+from typing import Any
 
-from kit.errors import ExitCode
 from kit.logs.activity import ActivitySample, what_moved
 from kit.logs.events import (
     MILESTONE_ORDER,
@@ -35,144 +32,56 @@ from kit.logs.events import (
     Rank,
     phase_after,
 )
+from kit.logs.launch import ExpectedRank, LaunchArgs
+from kit.logs.verdicts import (
+    Crashed,
+    Deadline,
+    Hung,
+    MissingRanks,
+    PhaseLimits,
+    PhaseSpan,
+    RankState,
+    Ready,
+    StageSeconds,
+    Verdict,
+    VerdictKind,
+)
 
-# -- inputs and configuration ----------------------------------------------------------------
+__all__ = [  # the verdict types are re-exported: callers import them from here too
+    "ActivitySample",
+    "Crashed",
+    "Deadline",
+    "Hung",
+    "MissingRanks",
+    "PhaseLimits",
+    "PhaseSpan",
+    "RankState",
+    "Ready",
+    "StageSeconds",
+    "Tracker",
+    "Verdict",
+    "VerdictKind",
+]
 
-
-@dataclass(frozen=True, slots=True)
-class StageSeconds:
-    """One number of seconds per start-up stage.
-
-    `launch` is before the first milestone (imports, argument checks); `first_token` bounds a
-    client's first token after READY; the others are the phases of the same name.
-    """
-
-    launch: float
-    init: float
-    load: float
-    memory: float
-    capture: float
-    warmup: float
-    first_token: float
-
-    def of(self, stage: str) -> float:
-        return float(getattr(self, stage))
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseLimits:
-    """How long each stage may take, and how long it may stay quiet.
-
-    Stall windows are short in init (NCCL set-up takes seconds; a quiet minute means a peer is
-    missing or a collective hangs) and long in load (a large checkpoint on slow storage).
-    Log lines, disk reads, network bytes received and GPU memory growth reset the window in every
-    stage; CPU time only in `cpu_counts_in` (kit/logs/activity.py says why).
-    """
-
-    deadline_s: StageSeconds = StageSeconds(
-        launch=900, init=600, load=3600, memory=600, capture=1800, warmup=600, first_token=600
-    )
-    stall_window_s: StageSeconds = StageSeconds(
-        launch=180, init=120, load=600, memory=180, capture=300, warmup=180, first_token=300
-    )
-    expected_ranks: int | None = None
-    cpu_busy_cores: float = 0.25  # CPU seconds per second that count as "computing"
-    min_read_bytes: int = 1 << 20  # per sample
-    min_net_bytes: int = 1 << 20  # per sample
-    min_gpu_mem_bytes: int = 16 << 20  # per sample
-    cpu_counts_in: frozenset[str] = frozenset({"launch"})
-    crash_grace_s: float = 10.0  # a non-fatal error with no progress for this long is a crash
-    evidence_lines: int = 6  # last lines kept per rank and overall
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+_RECENT_ERRORS = 4
+_NOTE_KINDS = 16  # bounded: a log of any length keeps at most this many note lines
 
 
-# -- verdicts --------------------------------------------------------------------------------
+class _Log:
+    """An append-only list shared by successive trackers; each knows how many items are its own."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any] | None = None):
+        self.items: list[Any] = [] if items is None else items
 
 
-class VerdictKind(StrEnum):
-    READY = "ready"
-    CRASHED = "crashed"
-    HUNG = "hung"
-    DEADLINE = "deadline"
-
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    at: float
-    kind: VerdictKind = VerdictKind.READY
-    exit_code: int = ExitCode.OK
-
-
-@dataclass(frozen=True, slots=True)
-class Crashed:
-    phase: Phase | None
-    evidence: tuple[str, ...]
-    exception: str | None
-    rank: str | None = None
-    kind: VerdictKind = VerdictKind.CRASHED
-    exit_code: int = ExitCode.FAILED
-
-
-@dataclass(frozen=True, slots=True)
-class Hung:
-    phase: Phase | None
-    stuck_ranks: tuple[str, ...]
-    missing_ranks: tuple[str, ...]
-    evidence: tuple[str, ...]
-    quiet_for_s: float
-    kind: VerdictKind = VerdictKind.HUNG
-    exit_code: int = ExitCode.HUNG
-
-
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    phase: Phase | None
-    limit_s: float
-    elapsed_s: float
-    kind: VerdictKind = VerdictKind.DEADLINE
-    exit_code: int = ExitCode.DEADLINE
-
-
-Verdict = Ready | Crashed | Hung | Deadline
-
-
-# -- state -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RankState:
-    """Where one process is. `effective` also counts rank-0-only lines its TP rank 0 printed."""
-
-    rank: Rank | None
-    milestone: Milestone | None = None
-    effective: Milestone | None = None
-    phase: Phase | None = None
-    phase_since: float = 0.0
-    last_t: float = 0.0
-    last_time: datetime | None = None
-    evidence: tuple[str, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return "main" if self.rank is None else self.rank.label
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseSpan:
-    """One stretch of one rank in one phase; `end` is None while it lasts."""
-
-    rank: str
-    phase: Phase
-    start: float
-    end: float | None = None
-
-    def elapsed(self, now: float) -> float:
-        return (self.end if self.end is not None else now) - self.start
-
-
-@dataclass(frozen=True, slots=True)
-class MissingRanks:
-    milestone: Milestone
-    ranks: tuple[str, ...]
+def _append(log: _Log, size: int, item: Any) -> _Log:
+    if len(log.items) != size:  # an older tracker observed again: fork its own prefix
+        log = _Log(log.items[:size])
+    log.items.append(item)
+    return log
 
 
 def _sort_key(state: RankState) -> tuple[int, ...]:
@@ -185,26 +94,48 @@ class Tracker:
 
     limits: PhaseLimits = field(default_factory=PhaseLimits)
     started_at: float = 0.0
-    ranks: Mapping[str | None, RankState] = field(default_factory=lambda: MappingProxyType({}))
-    timeline: tuple[PhaseSpan, ...] = ()
+    ranks: Mapping[str | None, RankState] = field(default_factory=lambda: _EMPTY)
     phase: Phase | None = None
     phase_since: float = 0.0
     last_activity_at: float = 0.0
     last_sample: ActivitySample | None = None
     seq: int = 0  # events observed; orders errors against progress
     progress_seq: int = 0
-    reached: Mapping[Milestone, frozenset[str | None]] = field(default_factory=lambda: MappingProxyType({}))
     all_ranks_print: frozenset[Milestone] = frozenset()  # seen from a line every rank prints
-    errors: tuple[tuple[int, float, Event], ...] = ()  # (seq, t, event) of errors that count
     ready_seq: int | None = None
     ready_at: float | None = None
     http_up: bool = False
     shut_down: bool = False
     tail: tuple[str, ...] = ()
+    launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
+    # The first line of each kind of note (NCCL version, transport, network, Gloo): facts about the
+    # set-up that stay evidence after the last lines have scrolled past them.
+    notes: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # Errors that count, as summaries: the first fatal one (the cause), the last fatal one's seq
+    # (dates the crash), the last one (a non-fatal error is final if nothing progressed after it).
+    first_fatal: tuple[int, Event] | None = None
+    last_fatal_seq: int | None = None
+    last_error: tuple[int, float, Event] | None = None
+    recent_errors: tuple[Event, ...] = ()
+    # Open spans per rank label, with their creation order; closed ones are in the shared log.
+    open_spans: Mapping[str, tuple[int, PhaseSpan]] = field(default_factory=lambda: _EMPTY)
+    span_count: int = 0
+    _closed: _Log = field(default_factory=_Log, compare=False, repr=False)
+    _closed_n: int = field(default=0, compare=False, repr=False)
+    _marks: _Log = field(default_factory=_Log, compare=False, repr=False)  # (milestone, rank key)
+    _marks_n: int = field(default=0, compare=False, repr=False)
 
     @classmethod
     def start(cls, limits: PhaseLimits | None = None, t: float = 0.0) -> Tracker:
         return cls(limits=limits or PhaseLimits(), started_at=t, phase_since=t, last_activity_at=t)
+
+    def _evolve(self, **changes: Any) -> Tracker:
+        """A copy with some fields changed: dataclasses.replace without re-running __init__."""
+        new = object.__new__(Tracker)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        return new
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -215,88 +146,31 @@ class Tracker:
         returned for it. Offline, events alone are enough.
         """
         tail = self.tail if text is None else (*self.tail, text)[-self.limits.evidence_lines :]
-        return dataclasses.replace(self, last_activity_at=max(self.last_activity_at, t), tail=tail)
+        return self._evolve(last_activity_at=max(self.last_activity_at, t), tail=tail)
 
     def observe_events(self, events: Iterable[Event], t: float) -> Tracker:
-        tracker = self
-        for event in events:
-            tracker = tracker.observe_event(event, t)
-        return tracker
+        return self.observe_timed((event, t) for event in events)
 
     def observe_event(self, event: Event, t: float) -> Tracker:
         """One parsed event seen at time `t` (its line also counts as log activity)."""
-        moved = dataclasses.replace(self, seq=self.seq + 1, last_activity_at=max(self.last_activity_at, t))
-        if event.note is not None:
-            return moved._with_note(event, t)
-        if event.milestone is Milestone.ERROR:
-            return moved._with_error(event, t)
-        if event.milestone is not None:
-            return moved._with_milestone(event, event.milestone, t)
-        return moved
+        reducer = _Reducer(self)
+        reducer.apply(event, t)
+        return reducer.freeze()
 
-    def _touched(self, event: Event, t: float) -> RankState:
-        """The event's rank (new if unseen) with this line as its latest evidence."""
-        state = self.ranks.get(event.rank_key) or RankState(rank=event.rank, phase_since=t)
-        return dataclasses.replace(
-            state,
-            last_t=t,
-            last_time=event.time or state.last_time,
-            evidence=(*state.evidence, event.text)[-self.limits.evidence_lines :],
-        )
-
-    def _with_note(self, event: Event, t: float) -> Tracker:
-        changes: dict[str, object] = {}
-        if event.note is Note.SHUTDOWN:
-            changes["shut_down"] = True
-        if event.rank_key in self.ranks:  # notes are evidence for ranks already seen, not new ranks
-            changes["ranks"] = MappingProxyType({**self.ranks, event.rank_key: self._touched(event, t)})
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-    def _with_error(self, event: Event, t: float) -> Tracker:
-        ranks = MappingProxyType({**self.ranks, event.rank_key: self._touched(event, t)})
-        # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
-        counts = not self.shut_down and (self.ready_seq is None or event.fatal)
-        errors = (*self.errors, (self.seq, t, event)) if counts else self.errors
-        return dataclasses.replace(self, ranks=ranks, errors=errors)
-
-    def _with_milestone(self, event: Event, milestone: Milestone, t: float) -> Tracker:
-        key = event.rank_key
-        ranks = dict(self.ranks)
-        timeline = list(self.timeline)
-        ranks[key] = _advance(self._touched(event, t), milestone, milestone, t, timeline)
-        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
-            _carry_to_peers(ranks, event.rank, key, milestone, t, timeline)
-        if milestone in (Milestone.HTTP_UP, Milestone.READY):
-            # The front end only comes up once every scheduler finished its start-up.
-            order = MILESTONE_ORDER[milestone]
-            for other, peer in list(ranks.items()):
-                if other != key and peer.effective is not None and MILESTONE_ORDER[peer.effective] < order:
-                    ranks[other] = _advance(peer, None, milestone, t, timeline)
-        ready = milestone is Milestone.READY
-        updated = dataclasses.replace(
-            self,
-            ranks=MappingProxyType(ranks),
-            timeline=tuple(timeline),
-            progress_seq=self.seq,
-            reached=MappingProxyType(
-                {**self.reached, milestone: self.reached.get(milestone, frozenset()) | {key}}
-            ),
-            all_ranks_print=self.all_ranks_print if event.rank0_only else self.all_ranks_print | {milestone},
-            ready_seq=self.seq if ready else self.ready_seq,
-            ready_at=t if ready else self.ready_at,
-            http_up=self.http_up or milestone is Milestone.HTTP_UP,
-        )
-        phase = updated._overall_phase()
-        if phase != self.phase:
-            updated = dataclasses.replace(updated, phase=phase, phase_since=t)
-        return updated
+    def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Tracker:
+        """Many (event, time) pairs at once: the same tracker as observing them one by one, but
+        the state is opened once and frozen once (an offline log of a million lines)."""
+        reducer = _Reducer(self)
+        for event, t in timed:
+            reducer.apply(event, t)
+        return reducer.freeze()
 
     def observe_sample(self, sample: ActivitySample) -> Tracker:
         """Activity counters; growth since the previous sample resets the stall window."""
         previous = self.last_sample
         active = previous is not None and self._grew(previous, sample)
         last = max(self.last_activity_at, sample.t) if active else self.last_activity_at
-        return dataclasses.replace(self, last_sample=sample, last_activity_at=last)
+        return self._evolve(last_sample=sample, last_activity_at=last)
 
     def _grew(self, before: ActivitySample, after: ActivitySample) -> bool:
         limits = self.limits
@@ -332,21 +206,45 @@ class Tracker:
         return tuple(sorted(self.ranks.values(), key=_sort_key))
 
     @property
+    def timeline(self) -> tuple[PhaseSpan, ...]:
+        """Every phase span of every rank, in the order they began (open ones have end None)."""
+        spans = [*self._closed.items[: self._closed_n], *self.open_spans.values()]
+        spans.sort(key=lambda item: item[0])
+        return tuple(span for _, span in spans)
+
+    @property
+    def reached(self) -> Mapping[Milestone, frozenset[str | None]]:
+        """Per milestone, the rank keys that printed it (or were carried to it)."""
+        reached: dict[Milestone, set[str | None]] = {}
+        for milestone, key in self._marks.items[: self._marks_n]:
+            reached.setdefault(milestone, set()).add(key)
+        return MappingProxyType({m: frozenset(keys) for m, keys in reached.items()})
+
+    @property
+    def errors(self) -> tuple[Event, ...]:
+        """The last few errors that count (oldest first)."""
+        return self.recent_errors
+
+    @property
     def last_milestone(self) -> Milestone | None:
         """The furthest milestone any process printed last (errors are not milestones)."""
         own = [s.milestone for s in self.ranks.values() if s.milestone is not None]
         return max(own, key=MILESTONE_ORDER.__getitem__, default=None)
 
-    def _scheduler_states(self) -> list[RankState]:
-        return [s for s in self.ranks.values() if s.effective in SCHEDULER_MILESTONES]
+    def expected(self) -> tuple[ExpectedRank, ...]:
+        """The scheduler ranks that should exist: `limits.expected_ranks` (plain TP numbering,
+        one node), else the launch's own arguments, else none known."""
+        count = self.limits.expected_ranks
+        if count:
+            if count == 1 or any(r.dp is not None or r.pp is not None for r in self._seen_ranks().values()):
+                return ()
+            return tuple(ExpectedRank(f"TP{tp}", 0) for tp in range(count))
+        if self.launch is not None:
+            return self.launch.expected()
+        return ()
 
-    def _overall_phase(self) -> Phase | None:
-        if self.ready_seq is not None:
-            return Phase.SERVING
-        if self.http_up:
-            return Phase.WARMUP
-        phases = [s.phase for s in self._scheduler_states() if s.phase is not None]
-        return min(phases, key=PHASE_ORDER.__getitem__, default=None)
+    def _seen_ranks(self) -> dict[str, Rank]:
+        return {key: s.rank for key, s in self.ranks.items() if key is not None and s.rank is not None}
 
     def stuck_ranks(self) -> tuple[str, ...]:
         """Ranks that began the current phase and have not ended it (the ones holding it up)."""
@@ -356,22 +254,32 @@ class Tracker:
             s.label for s in self.rank_states if s.effective in SCHEDULER_MILESTONES and s.phase is self.phase
         )
 
+    def never_seen(self) -> tuple[ExpectedRank, ...]:
+        """Expected ranks that printed nothing at all in this attempt."""
+        seen = set(self.ranks)
+        return tuple(rank for rank in self.expected() if rank.key not in seen)
+
     def missing(self) -> tuple[MissingRanks, ...]:
         """Per milestone, the ranks that never printed it although other ranks did.
 
-        Rank-0-only lines are expected from each TP group's rank 0 only. With `expected_ranks`
-        set (plain TP numbering), ranks never seen at all are missing from every milestone.
+        Rank-0-only lines are expected from each TP group's rank 0 only. Expected ranks (from
+        `expected_ranks` or the launch's arguments) that never printed anything are missing from
+        every milestone others reached, and listed in `never_seen`. Once ready, nothing is missing.
         """
-        known: dict[str, Rank] = {
-            key: s.rank for key, s in self.ranks.items() if key is not None and s.rank is not None
-        }
-        expected = self.limits.expected_ranks
-        if expected and all(r.dp is None and r.pp is None for r in known.values()):
-            for tp in range(expected):
-                known.setdefault(f"TP{tp}", Rank(tp=tp))
+        if self.ready_seq is not None:
+            return ()
+        known: dict[str, Rank] = self._seen_ranks()
+        unseen: set[str] = set()
+        for expected in self.expected():
+            if expected.key not in known:
+                rank = _rank_of(expected.key)
+                if rank is not None:
+                    known[expected.key] = rank
+                    unseen.add(expected.key)
+        reached = self.reached
         result = []
-        for milestone in sorted(self.reached, key=MILESTONE_ORDER.__getitem__):
-            got = self.reached[milestone]
+        for milestone in sorted(reached, key=MILESTONE_ORDER.__getitem__):
+            got = reached[milestone]
             if milestone not in SCHEDULER_MILESTONES or not got - {None}:
                 continue
             if milestone in self.all_ranks_print:
@@ -380,7 +288,13 @@ class Tracker:
                 owed = {key for key, rank in known.items() if rank.is_rank0}
             absent = sorted(owed - got, key=lambda key: known[key].sort_key())
             if absent:
-                result.append(MissingRanks(milestone, tuple(known[key].label for key in absent)))
+                result.append(
+                    MissingRanks(
+                        milestone,
+                        tuple(known[key].label for key in absent),
+                        tuple(known[key].label for key in absent if key in unseen),
+                    )
+                )
         return tuple(result)
 
     def crash(self, now: float, *, ended: bool = False) -> tuple[int, Event] | None:
@@ -390,12 +304,12 @@ class Tracker:
         "Received sigquit", are its consequences). A non-fatal error ends it only when nothing
         progressed after it, once `crash_grace_s` passed or the input ended.
         """
-        fatal = [(seq, event) for seq, _, event in self.errors if event.fatal]
-        if fatal:
-            return fatal[-1][0], fatal[0][1]
-        if not self.errors:
+        if self.first_fatal is not None:
+            assert self.last_fatal_seq is not None
+            return self.last_fatal_seq, self.first_fatal[1]
+        if self.last_error is None:
             return None
-        seq, t, event = self.errors[-1]
+        seq, t, event = self.last_error
         if seq > self.progress_seq and (ended or now - t >= self.limits.crash_grace_s):
             return seq, event
         return None
@@ -414,7 +328,7 @@ class Tracker:
         quiet_for = max(0.0, now - self.last_activity_at)
         stage = self.stage
         if ended or quiet_for >= self.limits.stall_window_s.of(stage):
-            missing = []
+            missing: list[str] = []
             for entry in self.missing():
                 missing.extend(r for r in entry.ranks if r not in missing)
             return Hung(
@@ -431,72 +345,319 @@ class Tracker:
         return None
 
     def evidence(self) -> tuple[str, ...]:
-        """Last lines of the stuck ranks (or all ranks), then the last lines overall."""
+        """Last lines of the stuck ranks (or all ranks), the last lines overall, then the first
+        line of each note kind (NCCL transport, version, network)."""
         stuck = set(self.stuck_ranks())
         lines: list[str] = []
         for state in self.rank_states:
             if not stuck or state.label in stuck:
                 lines.extend(line for line in state.evidence[-2:] if line not in lines)
         lines.extend(line for line in self.tail if line not in lines)
+        lines.extend(line for line in self.notes.values() if line not in lines)
         return tuple(lines)
+
+    def exception_phase(self, event: Event | None = None) -> Phase | None:
+        """The phase the errors' tracebacks point at (frames, messages): `event`'s, else the
+        latest error's that has one. For logs without milestones (pasted tails)."""
+        candidates = ([event] if event is not None else []) + list(reversed(self.recent_errors))
+        for candidate in candidates:
+            hint = candidate.fields.get("phase_hint")
+            if hint:
+                return Phase(hint)
+        return None
 
     def _crashed(self, event: Event) -> Crashed:
         evidence = [event.text]
         if "traceback" in event.fields:
             evidence = str(event.fields["traceback"]).splitlines()[-8:]
-        evidence.extend(t for _, _, e in self.errors[-4:] if (t := e.text) not in evidence)
+        evidence.extend(t for e in self.recent_errors if (t := e.text) not in evidence)
         exception = event.fields.get("exception") or next(
-            (e.fields["exception"] for _, _, e in reversed(self.errors) if e.fields.get("exception")), None
+            (e.fields["exception"] for e in reversed(self.recent_errors) if e.fields.get("exception")), None
         )
+        phase, phase_from = self.phase, "milestones"
+        if phase is None:
+            phase = self.exception_phase(event)
+            phase_from = None if phase is None else "exception"
         return Crashed(
-            phase=self.phase,
+            phase=phase,
             evidence=tuple(evidence),
             exception=exception,
             rank=event.rank_label,
+            phase_from=phase_from,
         )
 
 
-def _advance(
-    state: RankState, own: Milestone | None, effective: Milestone, t: float, timeline: list[PhaseSpan]
-) -> RankState:
-    """The rank after printing `effective` (itself, or via its rank 0); records phase spans."""
-    phase = phase_after(effective)
-    changes: dict[str, object] = {"effective": effective}
-    if own is not None:
-        changes["milestone"] = own
-    if phase is not state.phase:
-        label = state.label
-        for i in range(len(timeline) - 1, -1, -1):
-            span = timeline[i]
-            if span.rank == label and span.end is None:
-                timeline[i] = dataclasses.replace(span, end=t)
-                break
-        if phase is not None:
-            timeline.append(PhaseSpan(rank=label, phase=phase, start=t))
-        changes["phase"] = phase
-        changes["phase_since"] = t
-    return dataclasses.replace(state, **changes)  # type: ignore[arg-type]
+class _Reducer:
+    """A tracker opened for a batch of events: mutated in place, then frozen into a new Tracker.
 
-
-def _carry_to_peers(
-    ranks: dict[str | None, RankState],
-    rank0: Rank,
-    rank0_key: str | None,
-    milestone: Milestone,
-    t: float,
-    timeline: list[PhaseSpan],
-) -> None:
-    """A rank-0-only milestone also moves the rank's TP peers that reached the step before it.
-
-    Those peers do the same work (e.g. draft CUDA graph capture) without logging it.
+    Ranks touched in the batch are mutable records [rank, milestone, effective, phase,
+    phase_since, last_t, last_time, evidence]; the others keep their frozen RankState. The
+    shared logs (closed spans, marks) are appended to; everything else is a private copy.
     """
-    floor = MILESTONE_ORDER[milestone] - 1
-    for key, peer in list(ranks.items()):
-        if key == rank0_key or peer.rank is None or peer.rank.group != rank0.group:
-            continue
-        if (
-            peer.effective is not None
-            and peer.effective in SCHEDULER_MILESTONES
-            and MILESTONE_ORDER[peer.effective] >= floor
-        ):
-            ranks[key] = _advance(peer, None, milestone, t, timeline)
+
+    __slots__ = (
+        "all_print",
+        "base",
+        "closed",
+        "closed_n",
+        "count",
+        "fields",
+        "http",
+        "keep",
+        "last",
+        "marks",
+        "marks_n",
+        "moved",
+        "open",
+        "opened",
+        "phase",
+        "progress",
+        "ranks",
+        "ready",
+        "recent",
+        "records",
+        "seq",
+        "served",
+    )  # fmt: skip
+
+    def __init__(self, tracker: Tracker):
+        self.base = tracker
+        self.fields: dict[str, Any] = {}
+        self.seq = tracker.seq
+        self.last = tracker.last_activity_at
+        self.moved = False  # a rank's phase changed since the overall phase was last computed
+        self.ranks: dict[str | None, RankState] = dict(tracker.ranks)
+        self.records: dict[str | None, list[Any]] = {}
+        self.open: Mapping[str, tuple[int, PhaseSpan]] = tracker.open_spans
+        self.opened = False
+        self.closed, self.closed_n = tracker._closed, tracker._closed_n
+        self.marks, self.marks_n = tracker._marks, tracker._marks_n
+        self.count = tracker.span_count
+        self.recent: deque[Event] | None = None
+        self.keep = tracker.limits.evidence_lines
+        # Read on every milestone: kept as attributes, written back by freeze().
+        self.phase = tracker.phase
+        self.progress = tracker.progress_seq
+        self.ready = tracker.ready_seq
+        self.http = tracker.http_up
+        self.all_print = tracker.all_ranks_print
+        self.served = False  # ready_seq/ready_at/http_up changed in this batch
+
+    def get(self, name: str) -> Any:
+        fields = self.fields
+        return fields[name] if name in fields else getattr(self.base, name)
+
+    def record(self, key: str | None, rank: Rank | None, t: float) -> list[Any]:
+        record = self.records.get(key)
+        if record is None:
+            state = self.ranks.get(key)
+            if state is None:
+                record = [rank, None, None, None, t, 0.0, None, deque(maxlen=self.keep)]
+            else:
+                record = [
+                    state.rank, state.milestone, state.effective, state.phase, state.phase_since,
+                    state.last_t, state.last_time, deque(state.evidence, self.keep),
+                ]  # fmt: skip
+            self.records[key] = record
+            if key not in self.ranks:
+                self.ranks[key] = None  # type: ignore[assignment]  # keeps first-seen order
+        return record
+
+    def touch(self, event: Event, t: float) -> list[Any]:
+        record = self.record(event.rank_key, event.rank, t)
+        record[5] = t
+        if event.time is not None:
+            record[6] = event.time
+        record[7].append(event.text)
+        return record
+
+    # -- one event -----------------------------------------------------------------------
+
+    def apply(self, event: Event, t: float) -> None:
+        fields = self.fields
+        self.seq = seq = self.seq + 1
+        if t > self.last:
+            self.last = t
+        note = event.note
+        if note is not None:
+            if note is Note.SHUTDOWN:
+                fields["shut_down"] = True
+            elif note is Note.LAUNCH and self.get("launch") is None:
+                fields["launch"] = LaunchArgs.from_fields(event.fields)
+            else:
+                self.note(event, note)
+            if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only
+                self.touch(event, t)
+            return
+        milestone = event.milestone
+        if milestone is Milestone.ERROR:
+            self.touch(event, t)
+            # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
+            if not self.get("shut_down") and (self.ready is None or event.fatal):
+                fields["last_error"] = (seq, t, event)
+                if self.recent is None:
+                    self.recent = deque(self.base.recent_errors, _RECENT_ERRORS)
+                self.recent.append(event)
+                if event.fatal:
+                    fields["last_fatal_seq"] = seq
+                    if self.get("first_fatal") is None:
+                        fields["first_fatal"] = (seq, event)
+            return
+        if milestone is not None:
+            self.milestone(event, milestone, t, seq)
+
+    def note(self, event: Event, note: Note) -> None:
+        """Keep the first line of each note kind (per transport: P2P and SHM both matter)."""
+        kind = str(note)
+        transport = event.fields.get("transport") or event.fields.get("net")
+        if transport:
+            kind = f"{kind}.{transport}"
+        notes = self.get("notes")
+        if kind not in notes and len(notes) < _NOTE_KINDS:
+            fields = self.fields
+            fields["notes"] = MappingProxyType({**notes, kind: event.text})
+
+    def milestone(self, event: Event, milestone: Milestone, t: float, seq: int) -> None:
+        fields = self.fields
+        key = event.rank_key
+        self.advance(self.touch(event, t), milestone, milestone, t)
+        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
+            self.carry_to_peers(event.rank, key, milestone, t)
+        http_up = milestone is Milestone.HTTP_UP
+        ready = milestone is Milestone.READY
+        if http_up or ready:
+            # The front end only comes up once every scheduler finished its start-up.
+            order = MILESTONE_ORDER[milestone]
+            for other in list(self.ranks):
+                if other == key:
+                    continue
+                effective = self.effective(other)
+                if effective is not None and MILESTONE_ORDER[effective] < order:
+                    self.advance(self.record(other, None, t), None, milestone, t)
+        self.progress = seq
+        if not event.rank0_only and milestone not in self.all_print:
+            self.all_print = self.all_print | {milestone}
+        self.marks = _append(self.marks, self.marks_n, (milestone, key))
+        self.marks_n += 1
+        if ready:
+            self.ready = seq
+            fields["ready_at"] = t
+        if http_up:
+            self.http = True
+        if self.moved or ready or http_up:  # otherwise no rank changed phase: neither did the server
+            self.moved = False
+            phase = self.overall_phase()
+            if phase != self.phase:
+                self.phase = phase
+                fields["phase_since"] = t
+
+    def effective(self, key: str | None) -> Milestone | None:
+        record = self.records.get(key)
+        return record[2] if record is not None else self.ranks[key].effective
+
+    def advance(self, record: list[Any], own: Milestone | None, effective: Milestone, t: float) -> None:
+        """The rank after printing `effective` (itself, or via its rank 0); records phase spans."""
+        phase = phase_after(effective)
+        if own is not None:
+            record[1] = own
+        record[2] = effective
+        if phase is record[3]:
+            return
+        if not self.opened:
+            self.open = dict(self.open)
+            self.opened = True
+        rank = record[0]
+        label = "main" if rank is None else rank.label
+        current = self.open.pop(label, None)  # type: ignore[attr-defined]
+        if current is not None:
+            order, span = current
+            closed = (order, PhaseSpan(span.rank, span.phase, span.start, t))
+            self.closed = _append(self.closed, self.closed_n, closed)
+            self.closed_n += 1
+        if phase is not None:
+            self.open[label] = (self.count, PhaseSpan(label, phase, t))  # type: ignore[index]
+            self.count += 1
+        record[3] = phase
+        record[4] = t
+        self.moved = True
+
+    def carry_to_peers(self, rank0: Rank, rank0_key: str | None, milestone: Milestone, t: float) -> None:
+        """A rank-0-only milestone also moves the rank's TP peers that reached the step before it.
+
+        Those peers do the same work (e.g. draft CUDA graph capture) without logging it.
+        """
+        floor = MILESTONE_ORDER[milestone] - 1
+        group = rank0.group
+        for key in list(self.ranks):
+            if key == rank0_key:
+                continue
+            record = self.records.get(key)
+            peer = record[0] if record is not None else self.ranks[key].rank
+            if peer is None or peer.group != group:
+                continue
+            effective = self.effective(key)
+            if (
+                effective is not None
+                and effective in SCHEDULER_MILESTONES
+                and MILESTONE_ORDER[effective] >= floor
+            ):
+                self.advance(self.record(key, peer, t), None, milestone, t)
+
+    def overall_phase(self) -> Phase | None:
+        if self.ready is not None:
+            return Phase.SERVING
+        if self.http:
+            return Phase.WARMUP
+        best: Phase | None = None
+        records = self.records
+        for key, state in self.ranks.items():
+            record = records.get(key)
+            if record is not None:
+                phase, effective = record[3], record[2]
+            else:
+                phase, effective = state.phase, state.effective
+            if (
+                phase is not None
+                and effective in SCHEDULER_MILESTONES
+                and (best is None or PHASE_ORDER[phase] < PHASE_ORDER[best])
+            ):
+                best = phase
+        return best
+
+    # -- the new tracker -----------------------------------------------------------------
+
+    def freeze(self) -> Tracker:
+        fields = self.fields
+        fields["seq"] = self.seq
+        fields["last_activity_at"] = self.last
+        fields["phase"] = self.phase
+        fields["progress_seq"] = self.progress
+        fields["ready_seq"] = self.ready
+        fields["http_up"] = self.http
+        fields["all_ranks_print"] = self.all_print
+        if self.records:
+            ranks = self.ranks
+            for key, r in self.records.items():
+                ranks[key] = RankState(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(r[7]))
+            fields["ranks"] = MappingProxyType(ranks)
+        if self.recent is not None:
+            fields["recent_errors"] = tuple(self.recent)
+        if self.opened:
+            fields["open_spans"] = MappingProxyType(self.open)  # type: ignore[arg-type]
+            fields["span_count"] = self.count
+            fields["_closed"] = self.closed
+            fields["_closed_n"] = self.closed_n
+        if self.marks_n != self.base._marks_n:
+            fields["_marks"] = self.marks
+            fields["_marks_n"] = self.marks_n
+        return self.base._evolve(**fields)
+
+
+def _rank_of(key: str) -> Rank | None:
+    """A Rank from its key (`TP3`, `DP1 TP0`, `PP1 TP2`, `DP1`)."""
+    values: dict[str, int] = {}
+    for part in key.split():
+        name, number = part[:2], part[2:]
+        if name in ("TP", "DP", "PP") and number.isdigit():
+            values[name.lower()] = int(number)
+    return Rank(**values) if values else None

@@ -7,24 +7,12 @@ from dataclasses import dataclass, field
 from kit.diagnose.stacks import HangExplanation, RankStack
 from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
 from kit.logs.causes import match_causes
+
+# The rank, span and cause rows are shared with `kit analyze` (one JSON shape, docs/schema/).
+from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
 from kit.runtime.nvml import GpuInventory
 
-
-@dataclass(frozen=True)
-class RankRow:
-    rank: str
-    phase: str | None
-    last_milestone: str | None
-    in_phase_s: float
-
-
-@dataclass(frozen=True)
-class SpanRow:
-    rank: str
-    phase: str
-    start_s: float
-    elapsed_s: float
-    open: bool
+__all__ = ["CauseRow", "RankRow", "SpanRow", "rank_rows", "span_rows"]
 
 
 @dataclass(frozen=True)
@@ -33,14 +21,6 @@ class StackRow:
     pid: int | None
     kind: str
     where: str
-
-
-@dataclass(frozen=True)
-class CauseRow:
-    id: str
-    title: str
-    why: str
-    what_to_try: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -78,32 +58,6 @@ class UpResult:
     """The host's GPUs as NVML saw them at the start (or why it could not look)."""
 
 
-def rank_rows(tracker: Tracker, now: float) -> tuple[RankRow, ...]:
-    return tuple(
-        RankRow(
-            s.label,
-            s.phase.value if s.phase else None,
-            s.milestone.value if s.milestone else None,
-            round(max(0.0, now - s.phase_since), 2),
-        )
-        for s in tracker.rank_states
-    )
-
-
-def span_rows(tracker: Tracker, now: float) -> tuple[SpanRow, ...]:
-    start = tracker.started_at
-    return tuple(
-        SpanRow(
-            span.rank,
-            span.phase.value,
-            round(span.start - start, 2),
-            round(span.elapsed(now), 2),
-            span.end is None,
-        )
-        for span in tracker.timeline
-    )
-
-
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
     return tuple(StackRow(s.rank, s.pid, s.kind.value, s.where) for s in stacks.values())
 
@@ -128,33 +82,44 @@ def causes_for(
     device: str,
     gpus: GpuInventory | None = None,
 ) -> tuple[CauseRow, ...]:
-    """Likely causes from the causes book, with the live evidence (and where ranks wait) as hints."""
+    """Likely causes ranked by the live evidence: the log's last lines, the exception, and where
+    each rank's stack waits."""
     if isinstance(verdict, Ready):
         return ()
-    outcome = "crashed" if isinstance(verdict, Crashed) else "stalled"
+    outcome = "crashed" if isinstance(verdict, Crashed) else "hung"
+    exception = getattr(verdict, "exception", None) or ""
+    raised = "\n".join(
+        [
+            exception,
+            *(str(e.fields.get("exception", "")) for e in tracker.recent_errors),
+            *(str(e.fields.get("traceback", "")) for e in tracker.recent_errors),
+        ]
+    )
     haystack = "\n".join(
         [
+            raised,
             *tracker.evidence(),
             *hardware_evidence(gpus),
             *(s.where for s in stacks.values()),
             *(s.kind.value for s in stacks.values()),
+            *(f"kind={e.fields['kind']}" for e in tracker.recent_errors if "kind" in e.fields),
             f"device={device}",
-            getattr(verdict, "exception", None) or "",
             "missing-ranks" if any(tracker.missing()) else "",
         ]
     )
-    rows = [
-        CauseRow(m.cause.id, m.cause.title, m.cause.why, m.cause.what_to_try)
-        for m in match_causes(outcome, tracker.phase, haystack, device=device)
-    ]
+    phase = getattr(verdict, "phase", None) or tracker.phase
+    rows = list(cause_rows(match_causes(outcome, phase, haystack, device=device, exception=raised)))
     if any(s.kind.value == "planted-fault" for s in stacks.values()):
         rows.insert(
             0,
             CauseRow(
-                "planted-fault",
-                "a planted test fault (KIT_FAULT)",
-                "a rank's stack sits in the rehearsal image's test-only fault switch",
-                ("run without --fault",),
+                id="planted-fault",
+                title="a planted test fault (KIT_FAULT)",
+                why="a rank's stack sits in the rehearsal image's test-only fault switch",
+                what_to_try=("run without --fault",),
+                evidence=("planted-fault",),
+                generic=False,
+                source="kit/rehearsal (the CPU rehearsal image's fault switch)",
             ),
         )
     return tuple(rows)

@@ -1,4 +1,4 @@
-"""causes.toml: filtering by outcome, phase and required words; ranking by hints found."""
+"""causes.toml: filtering by outcome, phase and required words; ranking by the evidence found."""
 
 from __future__ import annotations
 
@@ -9,34 +9,77 @@ from kit.logs.causes import build_causes, default_causes, match_causes
 
 
 def _book(*causes: dict):
-    base = {"title": "t", "why": "w", "what_to_try": ["x"]}
+    base = {"title": "t", "why": "w", "what_to_try": ["x"], "source": "s"}
     return build_causes({"cause": [{**base, **c} for c in causes]})
 
 
 def test_outcome_phase_and_required_words_filter():
     book = _book(
-        {"id": "a", "outcome": ["stalled"], "phase": ["init"]},
+        {"id": "a", "outcome": ["hung"], "phase": ["init"]},
         {"id": "b", "outcome": ["crashed"]},
         {"id": "c", "phase": ["none"]},
         {"id": "d", "requires": ["NCCL WARN"]},
     )
-    assert [m.cause.id for m in match_causes("stalled", Phase.INIT, "", book)] == ["a"]
-    assert [m.cause.id for m in match_causes("stalled", None, "nccl warn: x", book)] == ["c", "d"]
+    assert [m.cause.id for m in match_causes("hung", Phase.INIT, "", book)] == ["a"]
+    assert [m.cause.id for m in match_causes("hung", None, "nccl warn: x", book)] == ["c", "d"]
     assert [m.cause.id for m in match_causes("crashed", Phase.LOAD, "", book)] == ["b"]
 
 
-def test_more_hints_found_rank_first_and_are_reported():
+def test_an_exception_beats_words_and_words_beat_a_phase_fit():
     book = _book(
-        {"id": "plain"},
-        {"id": "one", "hints": ["P2P"]},
-        {"id": "two", "hints": ["NET/IB", "Init COMPLETE"]},
+        {"id": "fits-phase", "phase": ["capture"]},
+        {"id": "one-word", "words": ["P2P"]},
+        {"id": "two-words", "words": ["NET/IB", "Init COMPLETE"]},
+        {"id": "raised", "exceptions": ["OutOfMemoryError"]},
     )
-    matches = match_causes("stalled", Phase.INIT, "... NET/IB ... init complete ... p2p", book)
-    assert [(m.cause.id, m.hints_found) for m in matches] == [
-        ("two", ("NET/IB", "Init COMPLETE")),
-        ("one", ("P2P",)),
-        ("plain", ()),
+    evidence = "... NET/IB ... init complete ... p2p ... torch.OutOfMemoryError: CUDA out of memory"
+    matches = match_causes("crashed", Phase.CAPTURE, evidence, book)
+    assert [(m.cause.id, m.evidence, m.generic) for m in matches] == [
+        ("raised", ("OutOfMemoryError",), False),
+        ("two-words", ("NET/IB", "Init COMPLETE"), False),
+        ("one-word", ("P2P",), False),
+        ("fits-phase", (), True),
     ]
+
+
+def test_generic_causes_for_this_phase_alone_come_before_those_for_many_phases():
+    book = _book(
+        {"id": "many", "phase": ["init", "capture", "warmup", "none"]},
+        {"id": "any"},
+        {"id": "only-warmup", "phase": ["warmup"]},
+    )
+    matches = match_causes("crashed", Phase.WARMUP, "", book)
+    assert [m.cause.id for m in matches] == ["only-warmup", "many", "any"]
+    assert all(m.generic for m in matches)
+
+
+def test_among_equal_evidence_the_book_order_decides_not_the_phase_list():
+    # A PCIe-only box hung in init: three causes name "no NVLink"; the commoner one (first in the
+    # book) stays first even though it also fits more phases.
+    book = _book(
+        {"id": "p2p", "phase": ["init", "capture", "warmup", "none"], "words": ["no NVLink"]},
+        {"id": "acs", "phase": ["init", "capture", "warmup"], "words": ["no NVLink"]},
+        {"id": "narrow", "phase": ["init"]},
+    )
+    matches = match_causes("hung", Phase.INIT, "gpu link: PCIe, no NVLink", book)
+    assert [m.cause.id for m in matches] == ["p2p", "acs", "narrow"]
+    assert [m.generic for m in matches] == [False, False, True]
+
+
+def test_words_match_where_a_word_starts_case_insensitively():
+    book = _book({"id": "roce", "words": ["RoCE"]}, {"id": "batch", "words": ["BatchDecode"]})
+    found = {m.cause.id: m.evidence for m in match_causes("crashed", None, "the process died", book)}
+    assert found["roce"] == ()  # not inside "process"
+    found = {m.cause.id: m.evidence for m in match_causes("crashed", None, "BatchDecodeWithPaged", book)}
+    assert found["batch"] == ("BatchDecode",)
+
+
+def test_when_the_phase_is_unknown_evidence_may_point_at_any_phase():
+    book = _book({"id": "capture-oom", "phase": ["capture"], "words": ["out of memory"]}, {"id": "generic"})
+    tail = "Exception: Capture cuda graph failed: CUDA out of memory."
+    assert [m.cause.id for m in match_causes("crashed", None, tail, book)] == ["generic"]
+    unknown = match_causes("crashed", None, tail, book, phase_known=False)
+    assert [m.cause.id for m in unknown] == ["capture-oom", "generic"]
 
 
 def test_limit():
@@ -47,9 +90,12 @@ def test_limit():
 @pytest.mark.parametrize(
     "cause",
     [
-        {"id": "a", "title": "t", "why": "w"},  # nothing to try
-        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "outcome": ["hung"]},
-        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "phase": ["booting"]},
+        {"id": "a", "title": "t", "why": "w", "source": "s"},  # nothing to try
+        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"]},  # no source
+        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "source": "s", "outcome": ["stalled"]},
+        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "source": "s", "phase": ["booting"]},
+        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "source": "s", "hints": ["x"]},
+        {"id": "a", "title": "t", "why": "w", "what_to_try": ["x"], "source": "s", "words": [""]},
     ],
 )
 def test_bad_cause_data_is_rejected(cause):
@@ -62,14 +108,47 @@ def test_duplicate_ids_are_rejected():
         _book({"id": "a"}, {"id": "a"})
 
 
-def test_shipped_causes_cover_the_init_hang_facts():
+def test_every_shipped_cause_has_fix_lines_and_a_source():
+    for cause in default_causes().causes:
+        assert cause.what_to_try and cause.source, cause.id
+
+
+def test_shipped_causes_cover_the_init_hang_facts_and_the_failures_real_logs_show():
     ids = {c.id for c in default_causes().causes}
     assert {"nccl-p2p", "pcie-acs", "shm-too-small", "memlock", "rank-missing", "peer-unreachable"} <= ids
+    assert {
+        "capture-oom",
+        "kv-pool-oom",
+        "port-in-use",
+        "rendezvous-timeout",
+        "rank-died-loading",
+        "weights-bad",
+        "download-stall",
+        "driver-too-old",
+        "wrong-arch",
+        "nccl-version-mismatch",
+        "wsl-shm",
+    } <= ids
     p2p = next(c for c in default_causes().causes if c.id == "nccl-p2p")
     assert any("NCCL_P2P_DISABLE=1" in step for step in p2p.what_to_try)
     init_hang = {
-        m.cause.id for m in match_causes("stalled", Phase.INIT, "Init torch distributed begin.", limit=20)
+        m.cause.id for m in match_causes("hung", Phase.INIT, "Init torch distributed begin.", limit=20)
     }
     assert {"nccl-p2p", "pcie-acs", "shm-too-small", "memlock", "rank-missing"} <= init_hang
-    capture_crash = [m.cause.id for m in match_causes("crashed", Phase.CAPTURE, "", limit=20)]
-    assert "cuda-graph-memory" in capture_crash
+
+
+@pytest.mark.parametrize(
+    ("phase", "evidence", "first"),
+    [
+        (Phase.CAPTURE, "Exception: Capture cuda graph failed: CUDA out of memory.", "capture-oom"),
+        (Phase.MEMORY, "Not enough memory. Please try to increase --mem-fraction-static.", "kv-pool-oom"),
+        (None, "RuntimeError: The server socket has failed to listen ... EADDRINUSE", "port-in-use"),
+        (Phase.INIT, "DistNetworkError: The client socket has timed out", "rendezvous-timeout"),
+        (Phase.LOAD, "SafetensorError: Error while deserializing header: HeaderTooLarge", "weights-bad"),
+        (None, "The NVIDIA driver on your system is too old (found version 12080)", "driver-too-old"),
+        (Phase.CAPTURE, "error no kernel image is available for execution on the device", "wrong-arch"),
+        (Phase.WARMUP, "AssertionError: res=<Response [502]>, res.text=''", "warmup-proxy"),
+    ],
+)
+def test_the_cause_a_real_log_shows_ranks_first_on_its_evidence(phase, evidence, first):
+    assert match_causes("crashed", phase, evidence)[0].cause.id == first

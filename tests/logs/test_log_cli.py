@@ -1,4 +1,4 @@
-"""`kit analyze`: exit codes, JSON shape, stdin, and the one-line error for unreadable input."""
+"""`kit analyze`: exit codes by outcome, JSON shape (against docs/schema), stdin, unreadable input."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
+from kit.logs.schema import validate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CRASH_LOG = next((FIXTURES / "sglang-logs").glob("20_*.log"))
@@ -23,8 +24,9 @@ def run(argv: list[str]) -> int:
 
 
 def test_json_report_shape(capsys):
-    assert run(["analyze", str(CRASH_LOG), "--json"]) == 0  # a crash is data, not a failure
+    assert run(["analyze", str(CRASH_LOG), "--json"]) == 1  # exit codes by outcome, as `kit up`
     report = json.loads(capsys.readouterr().out)
+    validate(report, "analyze")
     assert {
         "outcome",
         "last_milestone",
@@ -42,16 +44,21 @@ def test_json_report_shape(capsys):
         "last_milestone": "init.begin",
         "phase": "init",
         "last_time": "2026-02-25T16:41:56",
-        "phase_elapsed_s": 62.0,
+        "in_phase_s": 62.0,
+        "seen": True,
+        "node": None,
     }
+    assert report["exit_code"] == 1
+    assert report["attempt"]["summary"] == "attempt 1 of 1"
     cause = report["likely_causes"][0]
-    assert set(cause) == {"id", "title", "why", "what_to_try", "hints_found"}
+    assert set(cause) == {"id", "title", "why", "what_to_try", "evidence", "generic", "source"}
+    assert cause["id"] == "peer-unreachable" and cause["generic"] is False
     assert all(isinstance(step, str) for step in cause["what_to_try"])
     assert all({"line_no", "rank", "text"} == set(line) for line in report["evidence"])
 
 
 def test_human_output_has_the_rank_table_and_causes(capsys):
-    assert run(["analyze", str(CRASH_LOG)]) == 0
+    assert run(["analyze", str(CRASH_LOG)]) == 1
     out = capsys.readouterr().out
     assert "CRASHED in phase init" in out
     assert "TP15" in out and "init.begin" in out

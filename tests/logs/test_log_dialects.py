@@ -251,7 +251,117 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
         Milestone.ERROR,
         "errors",
-        {"kind": "runtime_error"},
+        {"kind": "runtime_error", "phase_hint": "memory"},
+    ),
+    (  # DeepAuto-AI/hip-attention#59
+        "[rank4]:[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with"
+        " [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "gloo_error"},
+    ),
+    (  # the exception line of a pasted tail (SemiAnalysisAI/InferenceX#2128)
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88.",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "value_error", "phase_hint": "memory"},
+    ),
+    (  # sglang#2468's warm-up failure, as the line a tail keeps
+        "AssertionError: res=<Response [502]>, res.text=''",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "assertion_error"},
+    ),
+    # Piecewise CUDA graphs (0.5.x): lines from a 2x RTX 3090 0.5.12 run and an issue's log.
+    (
+        "[2026-06-11 05:11:58 TP1] Capture piecewise CUDA graph begin. avail mem=0.08 GB",
+        Milestone.CAPTURE_BEGIN,
+        "piecewise",
+        {"avail_mem_gb": 0.08},
+    ),
+    (
+        "[2026-06-08 17:25:21] Capture piecewise CUDA graph end. Time elapsed: 22.90 s. mem usage=1.29 GB."
+        " avail mem=17.97 GB.",
+        Milestone.CAPTURE_END,
+        "piecewise",
+        {"elapsed_s": 22.9, "mem_gb": 1.29},
+    ),
+    # vLLM's own start-up lines (real lines from public issues and notes repos).
+    (  # QwenLM/Qwen3-VL#1204
+        "INFO 05-13 21:09:41 [gpu_model_runner.py:1329] Starting to load model"
+        " /data/qwen2.5/Qwen2.5-VL-7B-Instruct...",
+        Milestone.LOAD_BEGIN,
+        "vllm",
+        {},
+    ),
+    (
+        "(EngineCore pid=2207) INFO 05-21 15:45:47 [gpu_model_runner.py:4959] Model loading took 7.75 GiB"
+        " memory and 3.151355 seconds",
+        Milestone.LOAD_END,
+        "vllm",
+        {"mem_gb": 7.75},
+    ),
+    (
+        "(EngineCore pid=992724) INFO 10-10 13:44:07 [worker.py:230] # GPU blocks: 268051,"
+        " # CPU blocks: 1092",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (
+        "INFO 04-07 15:59:03 [gpu_worker.py:436] Available KV cache memory: 18.16 GiB",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (  # vllm-project/vllm#15598
+        "RayWorkerWrapper pid=1861983) INFO 03-27 10:29:03 [model_runner.py:1442] Capturing cudagraphs for"
+        " decoding. This may lead to unexpected consequences if the model is not static.",
+        Milestone.CAPTURE_BEGIN,
+        "vllm",
+        {},
+    ),
+    (  # vllm-project/vllm#17939
+        "(VllmWorker rank=0 pid=2445155) INFO 05-10 16:00:15 [gpu_model_runner.py:1686] Graph capturing"
+        " finished in 112 secs, took 0.95 GiB",
+        Milestone.CAPTURE_END,
+        "vllm",
+        {"elapsed_s": 112.0},
+    ),
+    (  # vllm-project/vllm#8204 (uvicorn, which SGLang uses too)
+        "[2024-09-05T00:38:34Z] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0',"
+        " 44319): [errno 98] address already in use",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "bind_error", "phase_hint": "warmup"},
+    ),
+    # Launch lines: one per start; their parallel sizes say which ranks to expect.
+    (
+        "[2026-02-27 14:32:58] server_args=ServerArgs(model_path='/app/models/Deepseek-R1/', tp_size=16,"
+        " pp_size=1, dp_size=1, enable_dp_attention=False, nnodes=2, node_rank=0, moe_dense_tp_size=None)",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "server_args", "tp": 16, "pp": 1, "dp": 1, "nnodes": 2, "node_rank": 0},
+    ),
+    (  # SGLang 0.5.23 (the kit's CPU rehearsal log): the same arguments as a dict
+        "[2026-12-02 13:46:04] server_args={'model_path': '/tmp/tiny', 'nnodes': 1, 'node_rank': 0,"
+        " 'tp_size': 2, 'pp_size': 1, 'dp_size': 1, 'enable_dp_attention': False, 'ep_size': 1}",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "server_args", "tp": 2, "dp": 1, "nnodes": 1, "dp_attention": False, "model": "/tmp/tiny"},
+    ),
+    (
+        "INFO 08-06 10:21:03 api_server.py:339] vLLM API server version 0.5.4",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "vllm_version"},
+    ),
+    (
+        "INFO 08-06 10:21:03 api_server.py:340] args: Namespace(host=None, port=8000,"
+        " tensor_parallel_size=2, pipeline_parallel_size=1)",
+        Note.LAUNCH,
+        "launch",
+        {"kind": "vllm_args", "tp": 2, "pp": 1},
     ),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 
@@ -373,3 +374,50 @@ def test_expected_but_unseen_ranks_are_not_owed_rank0_only_lines():
     events = [(ev(Milestone.KV_READY, tp), 0.0) for tp in range(2)]
     tracker = started(*events, (ev(Milestone.CAPTURE_BEGIN, 0, rank0_only=True), 1.0), limits=limits)
     assert [(m.milestone, m.ranks) for m in tracker.missing()] == [(Milestone.KV_READY, ("TP2",))]
+
+
+def test_an_old_tracker_observed_again_keeps_its_own_timeline_and_the_newer_one_its_own():
+    # The shared append-only logs fork when an older tracker is observed after a newer one grew.
+    base = started(*_up_to_kv(range(1)))
+    left = base.observe_event(ev(Milestone.CAPTURE_BEGIN, 0), 10.0).observe_event(
+        ev(Milestone.CAPTURE_END, 0), 11.0
+    )
+    right = base.observe_event(ev(Milestone.KV_READY, 1), 12.0)
+    assert [(s.rank, s.phase, s.end) for s in left.timeline][-2:] == [
+        ("TP0", Phase.CAPTURE, 11.0),
+        ("TP0", Phase.WARMUP, None),
+    ]
+    assert [(s.rank, s.phase) for s in right.timeline][-2:] == [
+        ("TP0", Phase.CAPTURE),
+        ("TP1", Phase.CAPTURE),
+    ]
+    assert len(base.timeline) == 4 and base.timeline[-1].end is None
+    assert Milestone.CAPTURE_END in left.reached and Milestone.CAPTURE_END not in right.reached
+
+
+def test_a_long_run_of_events_keeps_every_span_once():
+    tracker = Tracker.start(t=0.0)
+    cycle = [Milestone.INIT_BEGIN, Milestone.INIT_END, Milestone.LOAD_END, Milestone.KV_READY]
+    for i in range(2000):  # an MTP draft worker repeats the cycle; here many times over
+        tracker = tracker.observe_event(ev(cycle[i % 4], 0), float(i))
+    spans = tracker.timeline
+    assert len(spans) == 2000 and sum(s.end is None for s in spans) == 1
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+
+
+def test_the_first_line_of_each_note_kind_stays_evidence_after_the_tail_scrolls_past_it():
+    transport = "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
+    tracker = Tracker.start(PhaseLimits(evidence_lines=2), t=0.0)
+    tracker = tracker.observe_event(
+        ev(None, note=Note.NCCL_TRANSPORT, fields={"transport": "P2P"}, text=transport), 1.0
+    )
+    tracker = tracker.observe_line(1.0, transport)
+    for i in range(2, 40):
+        tracker = tracker.observe_event(ev(Milestone.INIT_BEGIN, tp=i % 4), float(i))
+        tracker = tracker.observe_line(float(i), f"[TP{i % 4}] Init torch distributed begin.")
+    tracker = tracker.observe_event(
+        ev(None, note=Note.NCCL_TRANSPORT, fields={"transport": "P2P"}, text=transport + " again"), 41.0
+    )
+    assert transport not in tracker.tail
+    assert transport in tracker.evidence()  # kept once per kind: the second P2P line is not added
+    assert transport + " again" not in tracker.evidence()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kit.launch import resolve
+from kit.logs.schema import validate
 from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -36,6 +37,8 @@ def run_up(*args: str, timeout: float = 400) -> tuple[int, dict, list[dict], str
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     results = [line for line in lines if line.get("type") == "result"]
     assert results, f"no result line; stdout={proc.stdout[-2000:]} stderr={proc.stderr[-2000:]}"
+    for line in lines:  # the documented shape (docs/schema/up-events.json, up-result.json)
+        validate(line, "up-events")
     return proc.returncode, results[-1], lines, proc.stderr
 
 
