@@ -47,7 +47,7 @@ DEPS = Path(__file__).resolve().parent / "deps.toml"
 MARKER = "KIT_CHECK_RESULT "
 CHECK_TIMEOUT_S = 600
 # Light dependencies whose version changes what the parser does; a release's own pin wins.
-WHEEL_PINNED = ("transformers",)
+WHEEL_PINNED = ("transformers", "xgrammar")
 Progress = Callable[[str], None]
 
 

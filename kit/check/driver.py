@@ -124,6 +124,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return self.module(spec.name)
         module = _Placeholder(spec.name)
         module.__path__ = []
+        module.__version__ = "0.0.0"  # as its stand-in METADATA says
         return module
 
     def exec_module(self, module):
@@ -142,6 +143,9 @@ def _stub_missing(workdir: str) -> list[str]:
             os.makedirs(info, exist_ok=True)
             with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as handle:
                 handle.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+            # packages_distributions() maps import names through top_level.txt (transformers 5.12).
+            with open(os.path.join(info, "top_level.txt"), "w", encoding="utf-8") as handle:
+                handle.write(f"{name}\n")
         sys.path.append(site)
     return sorted(missing)
 

@@ -93,3 +93,33 @@ def test_marker_is_the_drivers():
     from kit.check import driver
 
     assert driver.MARKER == MARKER
+
+
+@pytest.mark.slow
+def test_one_driver_process_answers_each_cell_as_a_process_of_its_own_would():
+    """The batch driver imports SGLang once per group and forks per cell; a cell must not see what
+    an earlier one left behind (env SGLang sets, caches, the emulated GPU count of another TP)."""
+    from kit.check import ensure_venv, run_cells
+
+    launches = [
+        ("qwen-mtp", ["mamba_cache=no_buffer"]),  # refused: the 0.5.10 ValueError
+        ("qwen-mtp", []),  # SGLang sets env of its own on the way
+        ("qwen-mtp", ["speculative.eagle_topk=4", "env.SGLANG_ENABLE_SPEC_V2=1"]),  # another env group
+        ("qwen-base", ["tp=8"]),  # eight emulated GPUs in a group that began with four
+        ("qwen-base", ["tp=2", "attention_backend=fa3"]),  # refused at load
+        ("qwen-base", []),
+    ]
+    requests = [
+        {**check_request(resolve_full(target, image=OLD, overrides=overrides)), "id": str(n)}
+        for n, (target, overrides) in enumerate(launches)
+    ]
+    venv, _ = ensure_venv("0.5.10.post1")
+    together = run_cells(venv, requests)
+
+    def verdict(result):
+        return (result.get("accepted"), result.get("stage"), result.get("error"), result.get("resolved"))
+
+    for request in requests:
+        alone = run_cells(venv, [request])[request["id"]]
+        assert verdict(together[request["id"]]) == verdict(alone), launches[int(request["id"])]
+    assert [together[str(n)]["accepted"] for n in range(len(launches))] == [False, True, False, True, False, True]
