@@ -326,8 +326,10 @@ def _mentions(parser: dict[str, Any], name: str) -> bool:
     return any(name in line and _NOTICE.search(line) for line in parser.get("warnings") or ())
 
 
-def compare(release: str, cell: Cell, kit: KitSide, parser: dict[str, Any]) -> Outcome:
-    """Agreement of one cell. Pure."""
+def compare(
+    release: str, cell: Cell, kit: KitSide, parser: dict[str, Any], base: dict[str, Any] | None = None
+) -> Outcome:
+    """Agreement of one cell. Pure. BASE: for a companion variant, the same cell with the companion."""
     done = lambda status, mark, detail="": Outcome(release, cell, status, mark, detail, kit, parser)  # noqa: E731
     if parser.get("internal"):
         return done("error", "check failed", _said(parser))
@@ -335,6 +337,11 @@ def compare(release: str, cell: Cell, kit: KitSide, parser: dict[str, Any]) -> O
     if kit.expect is not None and cell.probe is not None:
         return _compare_probe(done, cell.probe, kit.expect, parser)
     if kit.expect == "refused":  # a companion left out
+        if base is None or base.get("internal"):
+            return done("error", "no base cell", "the same cell with the companion has no result")
+        if not base.get("accepted"):
+            # Refused with the companion as well: it is not what decides this launch.
+            return done("agree", "moot", f"refused with it too: {_said(base)}")
         if parser.get("accepted") is False:
             return done("agree", "needed", f"without it: {_said(parser)}")
         unverified = load and not load.get("ran")
@@ -438,8 +445,10 @@ def run_release(
         on_result=lambda _: progress(f"{release}: running", 1),
         timeout_s=max(600.0, 5.0 * len(planned)),
     )
+    by_key = {cell.key: side.request["id"] for cell, side in planned}
     for cell, side in planned:
-        outcomes.append(compare(release, cell, side, results[side.request["id"]]))
+        base = results.get(by_key.get(replace(cell, without=None).key, "")) if cell.without else None
+        outcomes.append(compare(release, cell, side, results[side.request["id"]], base))
     return outcomes, setup
 
 
@@ -510,7 +519,8 @@ def render_markdown(report: Report, matrix: Matrix, *, command: str, when: str) 
         f"- disagreements: **{len(bad)}**",
         "",
         "Marks: `ok` both accept; a rule id: both refuse, SGLang's words match that rule; `needed`: the",
-        "launch without that companion is refused, so the companion is required; `refused` / `warned` /",
+        "launch without that companion is refused, so the companion is required (`moot`: refused with it",
+        "too, for another reason); `refused` / `warned` /",
         "`silent` / `accepted`: what the release does with an old name, as its dialect says; `≠` a",
         "disagreement (the kit's claim first, then SGLang's); `?` the check could not decide; `·` not a",
         "launch the catalog accepts. Policy findings (TP vs GPUs, memory fit, pitfalls) are the kit's own",
@@ -527,6 +537,10 @@ def render_markdown(report: Report, matrix: Matrix, *, command: str, when: str) 
     if bad:
         lines += ["", "## Disagreements", "", "| release | cell | what |", "|---|---|---|"]
         lines += [f"| {o.release} | `{o.cell.key}` | {_cell_text(o.detail)} |" for o in bad]
+    quiet = unexercised(report)
+    if quiet:
+        lines += ["", "## Rules no cell exercised", ""]
+        lines += [f"- `{d}:{rule.id}` ({rule.severity}): {_cell_text(rule.source)}" for d, rule in quiet]
     about = {g.name: g.about for g in matrix.groups}
     about["old-names"] = "old flags and variables, passed as given"
     for group, rows in groups.items():
@@ -540,6 +554,27 @@ def render_markdown(report: Report, matrix: Matrix, *, command: str, when: str) 
                 marks.append("" if outcome is None else _MARKS[outcome.status] + _cell_text(outcome.mark))
             lines.append(f"| `{key}` | " + " | ".join(marks) + " |")
     return "\n".join(lines) + "\n"
+
+
+def unexercised(report: Report) -> list[tuple[str, Rule]]:
+    """The rules of the dialects the run used that fired in no cell: claims the matrix cannot check."""
+    from kit.dialects import load_dialect
+
+    fired: set[tuple[str, str]] = set()
+    used: set[str] = set()
+    for outcome in report.outcomes:
+        if outcome.kit is not None:
+            used.add(outcome.kit.dialect)
+            fired |= {(outcome.kit.dialect, rule.id) for rule in outcome.kit.errors}
+            fired |= {(outcome.kit.dialect, rule_id) for rule_id in outcome.kit.warnings}
+    quiet: list[tuple[str, Rule]] = []
+    for name in sorted(used):
+        try:
+            rules = load_dialect(name).rules
+        except InputError:  # a dialect only a test made up
+            continue
+        quiet += [(name, rule) for rule in rules if (name, rule.id) not in fired]
+    return quiet
 
 
 def _setup(report: Report) -> str:

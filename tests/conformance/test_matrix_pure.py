@@ -68,11 +68,14 @@ def test_a_load_rule_whose_stage_could_not_run_is_an_error_not_a_pass():
 def test_a_companion_is_needed_only_if_the_launch_without_it_is_refused():
     cell = Cell("g", "qwen-base", (), without="sm120-hybrid-triton")
     refused = {"accepted": False, "stage": "load", "error_type": "AssertionError", "error": "only triton"}
-    assert compare("0.5.9", cell, _kit(expect="refused"), refused).mark == "needed"
-    outcome = compare(
-        "0.5.10", cell, _kit(expect="refused"), {"accepted": True, "load": {"ran": True, "accepted": True}}
-    )
+    accepted = {"accepted": True, "load": {"ran": True, "accepted": True}}
+    assert compare("0.5.9", cell, _kit(expect="refused"), refused, base=accepted).mark == "needed"
+    outcome = compare("0.5.10", cell, _kit(expect="refused"), accepted, base=accepted)
     assert (outcome.status, outcome.mark) == ("disagree", "not needed")
+    # Refused with the companion too: the companion decides nothing here.
+    moot = compare("0.5.9", cell, _kit(expect="refused"), refused, base=refused)
+    assert (moot.status, moot.mark) == ("agree", "moot")
+    assert compare("0.5.9", cell, _kit(expect="refused"), refused).status == "error"
 
 
 @pytest.mark.parametrize(
