@@ -65,8 +65,8 @@ class Probe(_Strict):
 
 class Subset(_Strict):
     releases: tuple[str, ...]
-    groups: tuple[str, ...]
-    """Group names; 'old-names' is the probes."""
+    cells: tuple[str, ...]
+    """Cell keys (Cell.key without the companion part), e.g. 'qwen-mtp probe spec-v2-env'."""
 
 
 class Matrix(_Strict):
@@ -121,8 +121,19 @@ class Cell:
         return " ".join(parts)
 
 
-def cells_of(matrix: Matrix, groups: Iterable[str] | None = None) -> list[Cell]:
-    """Every group's cells (the product of its axes, per target), then the probes."""
+def cells_of(
+    matrix: Matrix, groups: Iterable[str] | None = None, keys: Iterable[str] | None = None
+) -> list[Cell]:
+    """Every group's cells (the product of its axes, per target), then the probes; KEYS picks cells."""
+    if keys is not None:
+        chosen = set(keys)
+        found = [c for c in cells_of(matrix, groups) if c.key in chosen]
+        missing = chosen - {c.key for c in found}
+        if missing:
+            raise InputError(
+                "cells", f"not in the matrix: {sorted(missing)[0]}", "copy a row of docs/conformance.md"
+            )
+        return found
     wanted = set(groups) if groups is not None else None
     cells: list[Cell] = []
     for group in matrix.groups:
@@ -456,6 +467,7 @@ def run_matrix(
     *,
     releases: Sequence[str] | None = None,
     groups: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None,
     jobs: int = 2,
     matrix: Matrix | None = None,
     progress: Progress = lambda message, done: None,
@@ -463,7 +475,7 @@ def run_matrix(
     """Every cell on every release; releases run in parallel, `jobs` at a time."""
     matrix = matrix or load_matrix()
     chosen = tuple(releases or matrix.releases)
-    cells = cells_of(matrix, groups)
+    cells = cells_of(matrix, groups, keys)
     started = time.monotonic()
     report = Report(releases=chosen, groups=tuple(groups or [g.name for g in matrix.groups] + ["old-names"]))
     with tempfile.TemporaryDirectory(prefix="kit-conformance-") as tmp:
@@ -483,9 +495,11 @@ def run_matrix(
     return report
 
 
-def planned_count(matrix: Matrix, releases: Sequence[str], groups: Sequence[str] | None) -> int:
+def planned_count(
+    matrix: Matrix, releases: Sequence[str], groups: Sequence[str] | None, keys: Sequence[str] | None = None
+) -> int:
     """How many cells a run will have (base cells x releases; companion variants come on top)."""
-    return len(cells_of(matrix, groups)) * len(releases)
+    return len(cells_of(matrix, groups, keys)) * len(releases)
 
 
 # --- the table (pure) ---------------------------------------------------------------------------

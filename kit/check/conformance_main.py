@@ -43,15 +43,16 @@ from kit.output import emit_json, err_console
 @click.option("--json", "as_json", is_flag=True, help="Print every outcome as JSON instead of a summary.")
 def main(releases, groups, ci, jobs, out, as_json) -> None:
     matrix = load_matrix()
+    keys = None
     if ci:
         releases = releases or matrix.ci.releases
-        groups = groups or matrix.ci.groups
+        keys = matrix.ci.cells
     chosen = tuple(releases or matrix.releases)
     full = not ci and not releases and not groups
     if out is None and full:
         out = str(paths.project_root() / "docs" / "conformance.md")
     console = err_console()
-    total = planned_count(matrix, chosen, groups or None)
+    total = planned_count(matrix, chosen, groups or None, keys)
     started = time.monotonic()
     with Progress(
         TextColumn("[bold]conformance[/]"),
@@ -77,7 +78,7 @@ def main(releases, groups, ci, jobs, out, as_json) -> None:
                 console.print(message)
 
         report = run_matrix(
-            releases=chosen, groups=groups or None, jobs=jobs, matrix=matrix, progress=progress
+            releases=chosen, groups=groups or None, keys=keys, jobs=jobs, matrix=matrix, progress=progress
         )
     command = "scripts/conformance" + "".join(
         [" --ci" if ci else "", *(f" --release {r}" for r in releases), *(f" --group {g}" for g in groups)]

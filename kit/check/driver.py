@@ -94,10 +94,12 @@ class _Placeholder(types.ModuleType):
 
 
 class _NoOp(_Placeholder):
-    """Like _Placeholder, but calling one returns another (a constructor or helper that does nothing)."""
+    """Like _Placeholder, but calling one does nothing and returns None (a backend's constructor, a
+    helper that would pick a kernel default: None is 'no default', so the registry goes on to its
+    checks instead of publishing one into a runtime context that only a server has)."""
 
     def __call__(self, *args, **kwargs):
-        return _NoOp(f"{self.__name__}()")
+        return None
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -219,12 +221,27 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _Records(logging.Handler):
+    """SGLang's warnings during the parse. Some releases reconfigure logging while parsing
+    (basicConfig(force=True) drops the root's handlers), so records are taken where every logger
+    hands them on, not from a handler on the root."""
+
     def __init__(self):
         super().__init__(logging.WARNING)
         self.lines: list[str] = []
 
+    def listen(self) -> None:
+        original = logging.Logger.handle
+        records = self
+
+        def handle(logger, record):
+            if record.levelno >= logging.WARNING and not logger.disabled:
+                records.emit(record)
+            return original(logger, record)
+
+        logging.Logger.handle = handle  # this process is one cell's: nothing else shares it
+
     def emit(self, record):
-        if len(self.lines) < 40:
+        if len(self.lines) < 80:
             self.lines.append(" ".join(_ANSI.sub("", record.getMessage()).split())[:400])
 
 
@@ -251,7 +268,7 @@ def _isolated_run(cell: dict, model_dir: str | None, stubbed: list[str]) -> dict
     from sglang.srt import server_args as sa
 
     records = _Records()
-    logging.getLogger().addHandler(records)
+    records.listen()
     base = {
         "id": cell.get("id"),
         "sglang": getattr(sglang, "__version__", "?"),

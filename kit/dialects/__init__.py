@@ -22,6 +22,7 @@ from kit.dialects._translate import Translation, facts_of, matches, translate
 from kit.errors import InputError
 
 DIALECTS_DIR = Path(__file__).resolve().parent
+_REPLACED_WHOLE = ("deprecated",)
 
 __all__ = [
     "DIALECTS_DIR",
@@ -67,9 +68,14 @@ def _raw(name: str, directory: Path, chain: tuple[str, ...]) -> dict:
         raise InputError(f"{path}: extends", "must be a dialect name", 'e.g. extends = "sglang-0.5.16"')
     if parent in chain:
         raise InputError(f"{path}: extends", f"cycle through {' -> '.join((*chain, parent))}", "break it")
-    # Tables merge key by key; lists (companions, rules) are replaced whole when a file gives them.
+    # Tables merge key by key; lists (companions, rules) and [deprecated] are replaced whole when a
+    # file gives them (a release that stops taking an old name must be able to drop it).
     own = {k: v for k, v in data.items() if k != "extends"}
-    return {**deep_merge(_raw(parent, directory, (*chain, parent)), own), "extends": parent}
+    merged = deep_merge(_raw(parent, directory, (*chain, parent)), own)
+    for key in _REPLACED_WHOLE:
+        if key in own:
+            merged[key] = own[key]
+    return {**merged, "extends": parent}
 
 
 def parse_dialect(name: str, directory: Path) -> Dialect:

@@ -62,6 +62,7 @@ FACTS = (
     "architecture",
     "speculative",
     "speculative_algorithm",
+    "speculative_tree",
     "mamba_cache",
     "radix_cache",
     "attention_backend",

@@ -57,6 +57,7 @@ def facts_of(
         device=intent.get("device"),
         speculative=intent.get("speculative.algorithm") is not None,
         speculative_algorithm=intent.get("speculative.algorithm"),
+        speculative_tree=(intent.get("speculative.eagle_topk") or 1) > 1,
         mamba_cache=effective("mamba_cache"),
         radix_cache=intent.get("radix_cache", True),
         attention_backend=effective("attention_backend"),

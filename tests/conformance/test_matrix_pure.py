@@ -131,7 +131,9 @@ def test_every_matrix_release_has_exactly_one_dialect_and_ci_covers_every_dialec
     assert used == set(list_dialects()), "a dialect no release in the matrix exercises"
     assert {dialect_for(r).name for r in MATRIX.ci.releases} == set(list_dialects())
     assert set(MATRIX.ci.releases) <= set(MATRIX.releases)
-    assert set(MATRIX.ci.groups) <= {g.name for g in MATRIX.groups} | {"old-names"}
+    assert len(cells_of(MATRIX, keys=MATRIX.ci.cells)) == len(MATRIX.ci.cells)
+    with pytest.raises(InputError, match="not in the matrix"):
+        cells_of(MATRIX, keys=["qwen-base no-such=1"])
 
 
 def test_every_image_speaks_the_dialect_its_sglang_falls_in():
@@ -210,6 +212,6 @@ def test_the_table_counts_cells_and_names_disagreements():
 def test_a_matrix_file_is_checked_like_every_data_file():
     with pytest.raises(Exception, match="releases"):
         read_matrix_toml(
-            'releases = ["0.5.9", "0.5.9"]\n[ci]\nreleases = []\ngroups = []\n'
+            'releases = ["0.5.9", "0.5.9"]\n[ci]\nreleases = []\ncells = []\n'
             '[[groups]]\nname="g"\ntargets=[]\naxes={}\n'
         )

@@ -122,4 +122,11 @@ def test_one_driver_process_answers_each_cell_as_a_process_of_its_own_would():
     for request in requests:
         alone = run_cells(venv, [request])[request["id"]]
         assert verdict(together[request["id"]]) == verdict(alone), launches[int(request["id"])]
-    assert [together[str(n)]["accepted"] for n in range(len(launches))] == [False, True, False, True, False, True]
+    assert [together[str(n)]["accepted"] for n in range(len(launches))] == [
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
