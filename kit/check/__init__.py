@@ -62,6 +62,8 @@ class CheckResult:
     error_type: str | None
     error: str | None
     """SGLang's own message, verbatim."""
+    stage: str | None
+    """Where SGLang refused: 'parser' (ServerArgs) or 'load' (the attention registry); None if accepted."""
     resolved: dict[str, Any]
     """Key ServerArgs fields after SGLang's post-init (accepted launches)."""
     warnings: tuple[str, ...]
@@ -257,12 +259,17 @@ def check_request(r: Resolved) -> dict[str, Any]:
             "cuda_version": r.manifest.pins.cuda,
         }
     config = r.model.config_path
-    return {
+    request = {
         "args": list(spec.argv[3:]),
         "config_json": str(config) if config else None,
         "env": dict(spec.env),
         "emulate": emulate,
     }
+    if emulate and r.model.facts.hybrid:
+        # Hybrid GDN models on CUDA: SGLang checks their attention backend again at model load
+        # (attention_registry.py), where 0.5.9 refuses flashinfer; the driver runs that too.
+        request["stages"] = ["load"]
+    return request
 
 
 def _parse(output: str, where: str) -> dict[str, Any]:
@@ -395,6 +402,7 @@ def check(
         accepted=bool(data.get("accepted")),
         error_type=data.get("error_type"),
         error=data.get("error"),
+        stage=data.get("stage"),
         resolved=data.get("resolved") or {},
         warnings=tuple(data.get("warnings") or ()),
         emulated=data.get("emulated"),

@@ -224,8 +224,6 @@ def _request(r: Resolved, cell_id: str, args: Sequence[str] | None = None, env: 
     if env is not None:
         request["env"] = env
     request["id"] = cell_id
-    if r.spec.device == "cuda" and r.model.facts.hybrid:
-        request["stages"] = ["load"]
     return request
 
 

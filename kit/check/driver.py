@@ -468,16 +468,23 @@ def _warm_imports(cell: dict, model_dir: str | None, stubbed: list[str], timeout
             importlib.import_module(name)
 
 
+# Variables every release reads when ServerArgs runs, never at import (0.5.9-0.5.13 through
+# envs.X.get(), 0.5.14-0.5.20 through os.getenv in the speculative hook): set per cell, so they do
+# not split a group. Anything else may be read at import and keeps its own group.
+CALL_TIME_ENV = ("SGLANG_ENABLE_SPEC_V2",)
+
+
 def _group_key(cell: dict) -> str:
     # The GPU count is set again per cell (it follows TP); what modules may read at import is not.
     emulate = {k: v for k, v in (cell.get("emulate") or {}).items() if k != "device_count"}
-    return json.dumps([cell.get("env") or {}, emulate], sort_keys=True)
+    env = {k: v for k, v in (cell.get("env") or {}).items() if k not in CALL_TIME_ENV}
+    return json.dumps([env, emulate], sort_keys=True)
 
 
 def _serve_group(cells: list[dict], workdir: str, stubbed: list[str], timeout: float, emit) -> None:
     """In a fork of the top process: this group's env and device, SGLang imported once, a fork per cell."""
     first = cells[0]
-    os.environ.update(first.get("env") or {})
+    os.environ.update({k: v for k, v in (first.get("env") or {}).items() if k not in CALL_TIME_ENV})
     if first.get("emulate"):
         _emulate_cuda(first["emulate"])
     warnings.simplefilter("ignore")

@@ -36,10 +36,12 @@ def test_request_emulates_the_target_gpu_for_cuda_images():
     assert request["args"][:2] == ["--model-path", "Qwen/Qwen3.5-122B-A10B"]
     assert request["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert request["config_json"].endswith("qwen3.5-122b-a10b.config.json")
+    assert request["stages"] == ["load"]  # a hybrid model: the attention registry's checks too
 
 
 def test_request_emulates_nothing_on_cpu():
-    assert check_request(resolve_full("tiny"))["emulate"] is None
+    request = check_request(resolve_full("tiny"))
+    assert request["emulate"] is None and "stages" not in request
 
 
 def test_stand_in_modules_import_and_refuse_calls():
@@ -76,6 +78,15 @@ def test_every_gpu_profile_is_accepted_by_every_gpu_image(target, image):
         assert strategy == "extra_buffer"
         assert result.resolved["speculative_algorithm"] in ("EAGLE", "NEXTN")
         assert result.resolved["disable_radix_cache"] is False
+
+
+@pytest.mark.slow
+def test_a_backend_the_attention_registry_refuses_is_refused_at_load():
+    result = check("qwen-base", image=OLD, overrides=["attention_backend=fa3"])
+    assert (result.accepted, result.stage, result.error_type) == (False, "load", "AssertionError")
+    assert "triton, trtllm_mha, fa4, or flashinfer backend are the only supported backends" in result.error
+    code, out, _ = run_cli(["check", "qwen-base", "--image", OLD, "--set", "attention_backend=fa3"])
+    assert code == 1 and "(at model load: ServerArgs took it, the attention registry did not)" in out
 
 
 @pytest.mark.slow
