@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 
 from kit.catalog._errors import translate as _schema_error
@@ -101,7 +100,15 @@ def load_dialect(name: str, directory: Path | None = None) -> Dialect:
     return _cached(name) if directory == DIALECTS_DIR else parse_dialect(name, Path(directory))
 
 
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+
 def _range(dialect: Dialect) -> SpecifierSet:
+    # packaging is imported here, not at the top: kit validate answers in a fresh process and
+    # never needs it (only the conformance matrix and its tests pick a dialect by release).
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(dialect.sglang)
     except InvalidSpecifier as exc:
@@ -112,6 +119,8 @@ def _range(dialect: Dialect) -> SpecifierSet:
 
 def dialect_for(release: str, directory: Path | None = None) -> Dialect:
     """The one dialect whose `sglang` range holds RELEASE (e.g. 0.5.10 -> sglang-0.5.10)."""
+    from packaging.version import InvalidVersion, Version
+
     try:
         version = Version(release)
     except InvalidVersion as exc:
