@@ -31,6 +31,7 @@ ARG NCCL_PACKAGE
 ARG KIT_NCCL_VERSION
 ARG TORCH_CUDA_ARCH_LIST
 ARG EXTRA_PIP
+ARG FORCE_PIP
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -65,7 +66,7 @@ RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-inde
  && rm -rf /tmp/kit-wheels
 
 # SGLang. GPU images take SGLang's own pinned dependency set (flashinfer, sglang-kernel, ...),
-# then force-pin NCCL the way SGLang's Dockerfile does. The CPU rehearsal installs SGLang without
+# then force-pin NCCL and FORCE_PIP the way SGLang's install does. The CPU rehearsal installs SGLang without
 # its CUDA-only dependencies and adds the light ones it imports (EXTRA_PIP, pinned in the manifest).
 # Every requirement here is an exact pin from the manifest, which hadolint cannot see through ${VARS}.
 # The torch index is offered again: SGLang also pins torchaudio/torchcodec, whose CUDA builds live there.
@@ -75,7 +76,7 @@ RUN export PIP_CONSTRAINT=/opt/venv/kit-constraints.txt \
  && if [ "${KIT_FLAVOR}" = cuda ]; then \
       pip install "${index_args[@]}" "sglang==${SGLANG_VERSION}" "sglang-kernel==${SGLANG_KERNEL_VERSION}" \
                   "flashinfer-python==${FLASHINFER_VERSION}" ${EXTRA_PIP} \
-   && pip install --force-reinstall --no-deps "${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" ; \
+   && pip install --force-reinstall --no-deps "${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" ${FORCE_PIP} ; \
     else \
       pip install --no-deps "sglang==${SGLANG_VERSION}" \
    && pip install ${EXTRA_PIP} ; \

@@ -165,12 +165,17 @@ class Profile(_Strict):
     max_running_requests: Positive | None = None
     cuda_graph: bool = True
     radix_cache: bool = True
+    overlap_schedule: bool = True
+    """SGLang's overlap scheduler; off is --disable-overlap-schedule (0.5.14+ need it off for mamba no_buffer
+    with the radix cache)."""
     attention_backend: AttentionBackend = "auto"
     """'auto' lets the dialect choose (0.5.9 needs triton on sm_120 for hybrid models), else SGLang."""
     mamba_cache: MambaCache = "auto"
     """Hybrid models' state cache strategy; 'auto' = what the dialect's rules pick, else SGLang's default."""
     speculative: Speculative | None = None
     reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    """How SGLang turns the model's tool-call text into OpenAI tool_calls (Qwen3.5: qwen3_coder)."""
     watchdog_timeout: Positive | None = None
     cpu_threads_bind: str | None = None
     """CPU engine only: cores per rank, '|' between ranks (SGLANG_CPU_OMP_THREADS_BIND)."""

@@ -14,10 +14,12 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -29,12 +31,23 @@ from kit import paths
 from kit.errors import EnvironmentProblem, KitError
 from kit.launch import Resolved, resolve_full
 
-__all__ = ["CheckResult", "check", "check_request", "ensure_venv", "venv_dir"]
+__all__ = [
+    "CheckResult",
+    "base_dir",
+    "check",
+    "check_request",
+    "ensure_base",
+    "ensure_venv",
+    "run_cells",
+    "venv_dir",
+]
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 DEPS = Path(__file__).resolve().parent / "deps.toml"
 MARKER = "KIT_CHECK_RESULT "
 CHECK_TIMEOUT_S = 600
+# Light dependencies whose version changes what the parser does; a release's own pin wins.
+WHEEL_PINNED = ("transformers", "xgrammar")
 Progress = Callable[[str], None]
 
 
@@ -49,6 +62,8 @@ class CheckResult:
     error_type: str | None
     error: str | None
     """SGLang's own message, verbatim."""
+    stage: str | None
+    """Where SGLang refused: 'parser' (ServerArgs) or 'load' (the attention registry); None if accepted."""
     resolved: dict[str, Any]
     """Key ServerArgs fields after SGLang's post-init (accepted launches)."""
     warnings: tuple[str, ...]
@@ -67,6 +82,31 @@ def _deps(version: str) -> tuple[str, list[str]]:
     data = tomllib.loads(DEPS.read_text(encoding="utf-8"))
     entry = data.get("versions", {}).get(version) or data["default"]
     return data["torch"], list(entry["requirements"])
+
+
+def pinned_by_wheel(requirements: list[str], metadata: str, names: Sequence[str]) -> list[str]:
+    """Unpinned NAMES in REQUIREMENTS take the exact pin the sglang wheel's METADATA gives them.
+
+    transformers decides how config.json is read (0.5.9 wants 4.57.1, 0.5.23 5.19.0): a release not
+    listed in deps.toml still gets its own, so adding a release needs no deps.toml entry.
+    """
+    pins: dict[str, str] = {}
+    for line in metadata.splitlines():
+        found = re.match(r"Requires-Dist:\s*([A-Za-z0-9_.-]+)\s*==\s*([^;\s]+)\s*$", line)
+        if found:
+            pins[found[1].lower().replace("_", "-")] = found[2]
+    wanted = {n.lower() for n in names}
+    out = []
+    for req in requirements:
+        name = req.lower().replace("_", "-")
+        out.append(f"{req}=={pins[name]}" if name in wanted and name in pins else req)
+    return out
+
+
+def _wheel_metadata(venv: Path, version: str) -> str:
+    for path in venv.glob(f"lib/python*/site-packages/sglang-{version}.dist-info/METADATA"):
+        return path.read_text(encoding="utf-8", errors="replace")
+    return ""
 
 
 def venv_dir(version: str) -> Path:
@@ -109,11 +149,15 @@ def _run_step(argv: list[str], what: str, progress: Progress) -> None:
         )
 
 
-def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path, float]:
-    """The check venv for sglang VERSION, created on first use. Returns (venv, seconds spent creating)."""
-    venv = venv_dir(version)
-    torch, requirements = _deps(version)
-    wanted = {"sglang": version, "torch": torch, "requirements": requirements}
+def _site_packages(venv: Path) -> Path:
+    py = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return venv / "lib" / py / "site-packages"
+
+
+def _build(
+    venv: Path, wanted: dict[str, Any], what: str, steps: Callable[[Path], None], progress: Progress
+) -> float:
+    """Create VENV with steps(building) unless its kit-ready.json already says `wanted`. Seconds spent."""
     ready = venv / "kit-ready.json"
 
     def is_ready() -> bool:
@@ -123,27 +167,81 @@ def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path
             return False
 
     if is_ready():
-        return venv, 0.0
+        return 0.0
     started = time.monotonic()
     with _locked(venv.parent / f".{venv.name}.lock"):
         if is_ready():
-            return venv, 0.0
+            return 0.0
         building = venv.with_name(venv.name + ".building")
         shutil.rmtree(building, ignore_errors=True)
         shutil.rmtree(venv, ignore_errors=True)
-        py = str(_python(building))
-        pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
-        _run_step(
-            [sys.executable, "-m", "venv", str(building)], f"creating venv for sglang {version}", progress
-        )
-        _run_step([*pip, f"torch=={torch}"], f"installing torch {torch} (CPU)", progress)
-        _run_step(
-            [*pip, "--no-deps", f"sglang=={version}"], f"installing sglang {version} (--no-deps)", progress
-        )
-        _run_step([*pip, *requirements], f"installing {len(requirements)} light dependencies", progress)
+        _run_step([sys.executable, "-m", "venv", str(building)], f"creating venv for {what}", progress)
+        steps(building)
         (building / "kit-ready.json").write_text(json.dumps(wanted))
         building.rename(venv)
-    return venv, time.monotonic() - started
+    return time.monotonic() - started
+
+
+def _pip(venv: Path) -> list[str]:
+    return [
+        str(_python(venv)),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+    ]
+
+
+def base_dir() -> Path:
+    torch, _ = _deps("")
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return paths.cache_dir() / "check" / f"base-torch{torch}-{py}"
+
+
+def ensure_base(progress: Progress = lambda _: None) -> tuple[Path, float]:
+    """What every check venv shares (CPU torch, triton, the light dependencies): ~1.9 GB, made once."""
+    data = tomllib.loads(DEPS.read_text(encoding="utf-8"))
+    torch, requirements = data["torch"], list(data["base"]["requirements"])
+    base = base_dir()
+
+    def steps(building: Path) -> None:
+        _run_step([*_pip(building), f"torch=={torch}"], f"installing torch {torch} (CPU)", progress)
+        _run_step(
+            [*_pip(building), *requirements], f"installing {len(requirements)} shared dependencies", progress
+        )
+
+    return base, _build(
+        base, {"torch": torch, "requirements": requirements}, "the shared base", steps, progress
+    )
+
+
+def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path, float]:
+    """The check venv for sglang VERSION, created on first use. Returns (venv, seconds spent creating).
+
+    It holds the sglang wheel (--no-deps) and what its release pins differently (transformers,
+    deps.toml's per-release lists); everything else comes from the shared base through a .pth file,
+    so a release costs ~0.4 GB and seconds, not a torch install.
+    """
+    base, base_seconds = ensure_base(progress)
+    venv = venv_dir(version)
+    _, requirements = _deps(version)
+    wanted = {"sglang": version, "base": base.name, "requirements": requirements}
+
+    def steps(building: Path) -> None:
+        # The base's packages come after the venv's own on sys.path: a release's pin shadows them.
+        (_site_packages(building) / "kit-check-base.pth").write_text(f"{_site_packages(base)}\n")
+        _run_step(
+            [*_pip(building), "--no-deps", f"sglang=={version}"],
+            f"installing sglang {version} (--no-deps)",
+            progress,
+        )
+        pinned = pinned_by_wheel(requirements, _wheel_metadata(building, version), WHEEL_PINNED)
+        _run_step([*_pip(building), *pinned], f"installing {len(pinned)} light dependencies", progress)
+        (building / "kit-requirements.txt").write_text("\n".join(pinned) + "\n")
+
+    return venv, base_seconds + _build(venv, wanted, f"sglang {version}", steps, progress)
 
 
 def check_request(r: Resolved) -> dict[str, Any]:
@@ -161,12 +259,17 @@ def check_request(r: Resolved) -> dict[str, Any]:
             "cuda_version": r.manifest.pins.cuda,
         }
     config = r.model.config_path
-    return {
+    request = {
         "args": list(spec.argv[3:]),
         "config_json": str(config) if config else None,
         "env": dict(spec.env),
         "emulate": emulate,
     }
+    if emulate and r.model.facts.hybrid:
+        # Hybrid GDN models on CUDA: SGLang checks their attention backend again at model load
+        # (attention_registry.py), where 0.5.9 refuses flashinfer; the driver runs that too.
+        request["stages"] = ["load"]
+    return request
 
 
 def _parse(output: str, where: str) -> dict[str, Any]:
@@ -177,24 +280,69 @@ def _parse(output: str, where: str) -> dict[str, Any]:
     raise KitError(f"the check in {where} gave no result: {tail or 'no output'}")
 
 
-def _run_in_venv(venv: Path, request: dict[str, Any]) -> str:
+def _driver_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON", "CUDA_"))}
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def run_cells(
+    venv: Path,
+    cells: Sequence[dict[str, Any]],
+    on_result: Callable[[dict[str, Any]], None] = lambda _: None,
+    timeout_s: float = CHECK_TIMEOUT_S,
+) -> dict[str, dict[str, Any]]:
+    """Run many cells (check_request()s with an "id") through one driver process: id -> result.
+
+    The driver imports SGLang once per group of cells and forks a process per cell (driver.py), so
+    a cell costs a parse, not an import. on_result hears of each result as it arrives.
+    """
+    ids = [str(cell["id"]) for cell in cells]
+    if len(set(ids)) != len(ids):
+        raise KitError("check cells need distinct ids")
+    results: dict[str, dict[str, Any]] = {}
+    tail: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kit-check-") as tmp:
         req = Path(tmp) / "request.json"
-        req.write_text(json.dumps(request))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON", "CUDA_"))}
-        env["PYTHONNOUSERSITE"] = "1"
+        req.write_text(json.dumps({"cells": list(cells)}))
+        proc = subprocess.Popen(
+            [str(_python(venv)), str(DRIVER), str(req)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_driver_env(),
+            cwd=tmp,
+        )
+        # The driver prints result lines as cells finish; a watchdog bounds the whole batch.
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
         try:
-            done = subprocess.run(
-                [str(_python(venv)), str(DRIVER), str(req)],
-                capture_output=True,
-                text=True,
-                timeout=CHECK_TIMEOUT_S,
-                env=env,
-                cwd=tmp,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise KitError(f"the check ran past {CHECK_TIMEOUT_S} s") from exc
-        return done.stdout + "\n" + done.stderr
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(MARKER):
+                    result = json.loads(line[len(MARKER) :])
+                    results[str(result.get("id"))] = result
+                    on_result(result)
+                elif line.strip():
+                    tail = [*tail[-4:], line.strip()]
+            proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    missing = [i for i in ids if i not in results]
+    if missing:
+        raise KitError(
+            f"the check driver in {venv} stopped after {len(results)} of {len(ids)} cells "
+            f"(exit {proc.returncode}, limit {timeout_s:.0f} s): {' | '.join(tail[-3:]) or 'no output'}"
+        )
+    return results
+
+
+def _run_in_venv(venv: Path, request: dict[str, Any]) -> dict[str, Any]:
+    cell = {**request, "id": "check"}
+    return run_cells(venv, [cell])["check"]
 
 
 def _run_in_image(image_ref: str, request: dict[str, Any]) -> str:
@@ -236,15 +384,14 @@ def check(
         where = f"image {r.spec.image_ref}"
         progress(f"running SGLang's parser in {r.spec.image_ref}")
         started = time.monotonic()
-        output = _run_in_image(r.spec.image_ref, request)
+        data = _parse(_run_in_image(r.spec.image_ref, request), where)
     else:
         venv, setup = ensure_venv(r.manifest.pins.sglang, progress)
         where = f"venv {venv}"
         progress(f"running SGLang {r.manifest.pins.sglang}'s parser")
         started = time.monotonic()
-        output = _run_in_venv(venv, request)
+        data = _run_in_venv(venv, request)
     seconds = time.monotonic() - started
-    data = _parse(output, where)
     if data.get("internal"):
         raise KitError(f"the check itself failed in {where}: {data.get('error_type')}: {data.get('error')}")
     return CheckResult(
@@ -255,6 +402,7 @@ def check(
         accepted=bool(data.get("accepted")),
         error_type=data.get("error_type"),
         error=data.get("error"),
+        stage=data.get("stage"),
         resolved=data.get("resolved") or {},
         warnings=tuple(data.get("warnings") or ()),
         emulated=data.get("emulated"),

@@ -155,6 +155,8 @@ def _check_human(result: Any, out: Console) -> None:
     )
     if not result.accepted:
         out.print(f"{result.error_type}: {result.error}", markup=False, highlight=False)
+        if result.stage == "load":
+            out.print("(at model load: ServerArgs took it, the attention registry did not)", markup=False)
     else:
         shown = ", ".join(
             f"{k}={v}" for k, v in result.resolved.items() if v is not None and k != "model_path"

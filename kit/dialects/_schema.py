@@ -7,8 +7,12 @@ A dialect file (kit/dialects/NAME.toml) holds, in order of use:
     companions  'when these facts hold, also set this intent / this env' (required companions)
     renamed     old flag -> new flag (rewritten in extra_args, with a note)
     removed     flags and env vars this range dropped (dropped from the spec, with a note)
+    deprecated  flags and env vars this range still takes but warns about
     rules       'when these facts hold, this launch fails (error) or degrades (warning)'
-so no code holds an if-chain over versions. A condition (`when`) is a table of fact -> value, or
+so no code holds an if-chain over versions. Every claim is checked against each release's own
+parser by the conformance matrix (scripts/conformance, docs/conformance.md): an error rule names
+the words SGLang refuses the launch with (`rejects`), renamed/removed/deprecated say whether the
+old name is refused, warned about or ignored. A condition (`when`) is a table of fact -> value, or
 fact -> [values] for any of them; every entry must hold. Facts are listed in FACTS.
 """
 
@@ -43,6 +47,8 @@ INTENTS = (
     "speculative.eagle_topk",
     "speculative.num_draft_tokens",
     "reasoning_parser",
+    "tool_call_parser",
+    "overlap_schedule",
     "watchdog_timeout",
     "cpu_threads_bind",
     "host",
@@ -56,10 +62,12 @@ FACTS = (
     "architecture",
     "speculative",
     "speculative_algorithm",
+    "speculative_tree",
     "mamba_cache",
     "radix_cache",
     "attention_backend",
     "cuda_graph",
+    "overlap_schedule",
     "tp",
     "nnodes",
     "gpus",
@@ -134,11 +142,27 @@ class Rule(_Strict):
     """May name facts in braces: {architecture}."""
     fix: str
     source: str = ""
+    """The release and file that show it (e.g. 'sglang 0.5.16 server_args.py _validate_mamba_no_buffer')."""
+    rejects: str | None = None
+    """Error rules: a regular expression for SGLang's own refusal, 'ErrorType: message' (the
+    conformance matrix holds the rule to it: the rule fires exactly where SGLang says this)."""
+    stage: Literal["parser", "load"] = "parser"
+    """Where SGLang refuses: 'parser' (ServerArgs) or 'load' (the attention registry, at model load)."""
 
     @field_validator("when")
     @classmethod
     def _facts(cls, value: Condition) -> Condition:
         return _check_condition(value)
+
+    @field_validator("rejects")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc})") from exc
+        return value
 
 
 class Removed(_Strict):
@@ -146,6 +170,15 @@ class Removed(_Strict):
     """flag -> why (dropped from extra_args)."""
     env: dict[str, str] = {}
     """variable -> why (dropped from the env)."""
+
+
+class Deprecated(_Strict):
+    """Names this range still takes but warns about (SGLang logs a deprecation or removal notice)."""
+
+    flags: dict[str, str] = {}
+    """flag -> why; a renamed flag listed here is still accepted (an alias), one not listed is refused."""
+    env: dict[str, str] = {}
+    """variable -> why; a removed variable listed here still draws a notice, one not listed is ignored."""
 
 
 class Dialect(_Strict):
@@ -160,6 +193,7 @@ class Dialect(_Strict):
     companions: tuple[Companion, ...] = ()
     renamed: dict[str, str] = {}
     removed: Removed = Removed()
+    deprecated: Deprecated = Deprecated()
     rules: tuple[Rule, ...] = ()
     sources: Annotated[dict[str, str], Field(default_factory=dict)]
 
@@ -177,6 +211,18 @@ class Dialect(_Strict):
         unknown = [k for k in value if k not in FACTS]
         if unknown:
             raise ValueError(f"unknown fact '{unknown[0]}' (facts: {', '.join(FACTS)})")
+        return value
+
+    @field_validator("rules")
+    @classmethod
+    def _errors_name_sglangs_words(cls, value: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        # A dialect's error rule is a claim about SGLang; pitfalls (kit/validate) are the kit's own.
+        for rule in value:
+            if rule.severity == "error" and not rule.rejects:
+                raise ValueError(
+                    f"rule '{rule.id}': an error rule names SGLang's own refusal "
+                    "(rejects = a regular expression)"
+                )
         return value
 
     def flag(self, intent: str) -> Flag | None:

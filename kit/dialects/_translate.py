@@ -57,10 +57,12 @@ def facts_of(
         device=intent.get("device"),
         speculative=intent.get("speculative.algorithm") is not None,
         speculative_algorithm=intent.get("speculative.algorithm"),
+        speculative_tree=(intent.get("speculative.eagle_topk") or 1) > 1,
         mamba_cache=effective("mamba_cache"),
         radix_cache=intent.get("radix_cache", True),
         attention_backend=effective("attention_backend"),
         cuda_graph=intent.get("cuda_graph", True),
+        overlap_schedule=intent.get("overlap_schedule", True),
         tp=intent.get("tp"),
         nnodes=intent.get("nnodes", 1),
         multi_gpu=(context.get("gpus") or 0) > 1,
@@ -122,11 +124,19 @@ def translate(
         if flag is None or value is None or value == AUTO:
             continue
         if flag.flag is None:
-            switch = flag.when_true if value else flag.when_false
-            if switch:
-                args.append(switch)
+            written = flag.when_true if value else flag.when_false
+            if written:
+                args.append(written)
         elif value not in flag.omit:
+            written = flag.flag
             args += [flag.flag, _text(value)]
+        else:
+            written = None
+        if written in dialect.deprecated.flags:
+            notes.append(
+                f"{dialect.name}: {written} is deprecated here, still accepted "
+                f"({dialect.deprecated.flags[written]})"
+            )
     for key, value in intent.items():
         if (
             key not in dialect.flags
@@ -158,6 +168,7 @@ _UNMAPPED = {
     "mamba_cache",
     "speculative.algorithm",
     "reasoning_parser",
+    "tool_call_parser",
     "watchdog_timeout",
 }
 
@@ -183,7 +194,8 @@ def _rewrite_extra(dialect: Dialect, extra_args: tuple[str, ...], notes: list[st
             continue
         if flag in dialect.renamed:
             new = dialect.renamed[flag]
-            notes.append(f"{dialect.name}: {flag} is now {new}")
+            old = "a deprecated alias" if flag in dialect.deprecated.flags else "refused"
+            notes.append(f"{dialect.name}: {flag} is now {new} (the old name is {old} here)")
             out.append(f"{new}{eq}{value}")
             continue
         out.append(arg)

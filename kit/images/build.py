@@ -83,6 +83,7 @@ def build_args(manifest: Manifest, *, torch_from_local_wheel: bool) -> dict[str,
         "KIT_NCCL_VERSION": pins.nccl or "",
         "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
         "EXTRA_PIP": " ".join(manifest.extra_pip),
+        "FORCE_PIP": " ".join(manifest.force_pip),
     }
 
 

@@ -71,6 +71,9 @@ class Manifest(_Strict):
     pins: Pins
     extra_pip: tuple[str, ...] = ()
     """More pip requirements, pinned (==). CPU rehearsal: SGLang's light dependencies."""
+    force_pip: tuple[str, ...] = ()
+    """Pins installed last with --force-reinstall --no-deps, as SGLang's own Dockerfile does for
+    libraries torch pins lower (NCCL is pins.nccl; e.g. nvidia-cudnn-cu12 on torch 2.9.1)."""
 
     @field_validator("name")
     @classmethod
@@ -99,9 +102,10 @@ class Manifest(_Strict):
                 raise ValueError(
                     f"pins.{present[0]}: not allowed in a cpu image (it installs no CUDA packages)"
                 )
-        loose = [r for r in self.extra_pip if "==" not in r]
-        if loose:
-            raise ValueError(f"extra_pip: '{loose[0]}' is not pinned with ==")
+        for key in ("extra_pip", "force_pip"):
+            loose = [r for r in getattr(self, key) if "==" not in r]
+            if loose:
+                raise ValueError(f"{key}: '{loose[0]}' is not pinned with ==")
         return self
 
     @property

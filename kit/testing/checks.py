@@ -3,7 +3,11 @@ prints them. Each returns a CheckResult; none raises for a failed check."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
+
+import httpx
 
 from kit.errors import CheckFailed
 from kit.logs import PhaseLimits
@@ -84,6 +88,83 @@ def greedy_repeatable(
     return CheckResult(
         "greedy answers repeat", first == second, f"{tokens} tokens: {first[:30]!r} vs {second[:30]!r}"
     )
+
+
+# One tool the model is asked to call. The answer is judged by what SGLang's tool-call parser made
+# of it: an OpenAI `tool_calls` entry, not the model's raw <tool_call> text left in the content.
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def tool_call_request(model: str, max_tokens: int = 512) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [
+            {"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}
+        ],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        # Thinking would spend the token budget before the call; the parser is what is checked.
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+def judge_tool_call(payload: dict[str, Any]) -> tuple[bool, str]:
+    """Did the server hand back a parsed tool call? Pure: the response body in, a verdict out."""
+    try:
+        message = payload["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return False, f"no choices[0].message in the answer: {str(payload)[:120]}"
+    calls = message.get("tool_calls") or []
+    content = message.get("content") or ""
+    if not calls:
+        raw = "<tool_call>" in content or "<function" in content
+        why = "the model's tool-call text came back unparsed in content" if raw else "no tool_calls"
+        return False, f"{why}: {content[:80]!r}"
+    function = calls[0].get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        return False, f"tool_calls[0] arguments are not JSON: {function.get('arguments')!r:.80}"
+    if function.get("name") != "get_weather" or not isinstance(arguments, dict) or "city" not in arguments:
+        return False, f"unexpected call {function.get('name')}({arguments})"
+    return True, f"get_weather({json.dumps(arguments)})"
+
+
+def tool_call_parsed(base_url: str, spec: LaunchSpec) -> CheckResult:
+    """One tool call through /v1/chat/completions comes back as OpenAI tool_calls (the launch's
+    --tool-call-parser at work). GPU targets only: the CPU rehearsal's tiny model cannot call tools."""
+    name = "tool call parsed"
+    if "--tool-call-parser" not in spec.argv:
+        return CheckResult(
+            name, False, "the launch sets no --tool-call-parser (the profile's tool_call_parser)"
+        )
+    limit = spec.timing.deadlines["first_token"] + 60.0
+    try:
+        # The runtime's HTTP helpers stream; this one call wants the whole JSON answer.
+        answer = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            json=tool_call_request(spec.model_path),
+            timeout=httpx.Timeout(limit, connect=10.0),
+        )
+        answer.raise_for_status()
+        payload = answer.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return CheckResult(name, False, f"/v1/chat/completions: {type(exc).__name__}: {exc}", None, limit)
+    ok, detail = judge_tool_call(payload)
+    return CheckResult(name, ok, detail, answer.elapsed.total_seconds(), limit)
 
 
 def planted_hang_named(result: UpResult, limits: PhaseLimits, slack_s: float = 5.0) -> CheckResult:

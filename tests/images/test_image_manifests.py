@@ -130,3 +130,18 @@ def test_paths_are_relative_to_the_project(project: Path, capsys, no_engine):
     (project / "images" / "sglang-0.5.23-cpu.toml").rename(project / "images" / "renamed.toml")
     assert run_kit(["image", "list", "--json"]) == 2  # the name inside no longer matches the file
     assert "renamed.toml: name" in capsys.readouterr().err
+
+
+def test_the_cu129_image_force_pins_cudnn_after_torch_like_sglangs_own_install():
+    from kit.images.build import build_args
+    from kit.images.manifest import parse_manifest
+
+    m = load_manifest("sglang-0.5.10.post1-cu129-sm120", IMAGES)
+    assert m.force_pip == ("nvidia-cudnn-cu12==9.16.0.29",)
+    assert build_args(m, torch_from_local_wheel=False)["FORCE_PIP"] == "nvidia-cudnn-cu12==9.16.0.29"
+    cpu_args = build_args(load_manifest("sglang-0.5.23-cpu", IMAGES), torch_from_local_wheel=False)
+    assert cpu_args["FORCE_PIP"] == ""
+    cpu = IMAGES / "sglang-0.5.23-cpu.toml"
+    text = cpu.read_text().replace("[base]", 'force_pip = ["nvidia-cudnn-cu12"]\n\n[base]', 1)
+    with pytest.raises(Exception, match="force_pip: 'nvidia-cudnn-cu12' is not pinned with =="):
+        parse_manifest(text, cpu)

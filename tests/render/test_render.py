@@ -31,6 +31,23 @@ def test_done_when_0_5_10_mtp_shows_extra_buffer_and_spec_v2():
     assert "python -m sglang.launch_server \\\n" in out
 
 
+@pytest.mark.parametrize("target", ["qwen-base", "qwen-mtp"])
+def test_the_qwen_profiles_render_the_tool_call_parser_on_every_release(target, tmp_path):
+    # Every release the conformance matrix knows has --tool-call-parser with qwen3_coder among its
+    # choices (each qwen cell of docs/conformance.md passes argparse with it).
+    from kit.check.conformance import Releases, load_matrix
+    from kit.launch import resolve_full
+
+    made = Releases(tmp_path)
+    for release in load_matrix().releases:
+        image = made.image(NEW, release)
+        argv = resolve_full(target, image=image, images_dir=tmp_path).spec.argv
+        assert argv[argv.index("--tool-call-parser") + 1] == "qwen3_coder", release
+    for image in (OLD, NEW):
+        code, out, _ = run_cli(["render", "sglang", target, "--image", image])
+        assert code == 0 and "  --tool-call-parser qwen3_coder \\\n" in out
+
+
 def test_done_when_0_5_23_mtp_shows_the_new_flag_and_no_spec_v2():
     code, out, _ = run_cli(["render", "sglang", "qwen-mtp", "--image", NEW])
     assert code == 0

@@ -12,6 +12,8 @@ SERVING_TARGETS = [
     pytest.param("qwen-base", marks=[pytest.mark.gpu, pytest.mark.docker], id="qwen-base"),
     pytest.param("qwen-mtp", marks=[pytest.mark.gpu, pytest.mark.docker], id="qwen-mtp"),
 ]
+# Only the GPU targets serve a model that can call tools (the tiny rehearsal model cannot).
+TOOL_TARGETS = [t for t in SERVING_TARGETS if t.id != "tiny"]
 # The fault switch exists only in the CPU rehearsal image.
 FAULT_TARGETS = [pytest.param("tiny", marks=[pytest.mark.docker, pytest.mark.slow], id="tiny")]
 
@@ -47,6 +49,41 @@ def test_health_generate_is_healthy(kit_server):
 @serving
 def test_greedy_answers_are_identical_twice(kit_server):
     assert_check(checks.greedy_repeatable(kit_server.url, kit_server.spec))
+
+
+@pytest.mark.parametrize("kit_server", TOOL_TARGETS, indirect=True)
+def test_a_tool_call_comes_back_parsed(kit_server):
+    assert_check(checks.tool_call_parsed(kit_server.url, kit_server.spec), kit_server)
+
+
+def test_the_tool_call_judge_wants_parsed_tool_calls():
+    parsed = {
+        "choices": [
+            {
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                }
+            }
+        ]
+    }
+    raw = {"choices": [{"message": {"content": '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis',
+                                    "tool_calls": None}}]}  # fmt: skip
+    assert checks.judge_tool_call(parsed) == (True, 'get_weather({"city": "Paris"})')
+    ok, detail = checks.judge_tool_call(raw)
+    assert not ok and "unparsed" in detail
+    assert not checks.judge_tool_call({"error": "x"})[0]
+    bad_args = {
+        "choices": [{"message": {"tool_calls": [{"function": {"name": "get_weather", "arguments": "{"}}]}}]
+    }
+    assert "not JSON" in checks.judge_tool_call(bad_args)[1]
+    body = checks.tool_call_request("Qwen/Qwen3.5-122B-A10B")
+    assert body["tools"][0]["function"]["name"] == "get_weather" and body["tool_choice"] == "required"
 
 
 @pytest.mark.parametrize("target", FAULT_TARGETS)

@@ -36,10 +36,12 @@ def test_request_emulates_the_target_gpu_for_cuda_images():
     assert request["args"][:2] == ["--model-path", "Qwen/Qwen3.5-122B-A10B"]
     assert request["env"] == {"NCCL_DEBUG": "WARN", "SGLANG_ENABLE_SPEC_V2": "1"}
     assert request["config_json"].endswith("qwen3.5-122b-a10b.config.json")
+    assert request["stages"] == ["load"]  # a hybrid model: the attention registry's checks too
 
 
 def test_request_emulates_nothing_on_cpu():
-    assert check_request(resolve_full("tiny"))["emulate"] is None
+    request = check_request(resolve_full("tiny"))
+    assert request["emulate"] is None and "stages" not in request
 
 
 def test_stand_in_modules_import_and_refuse_calls():
@@ -79,6 +81,15 @@ def test_every_gpu_profile_is_accepted_by_every_gpu_image(target, image):
 
 
 @pytest.mark.slow
+def test_a_backend_the_attention_registry_refuses_is_refused_at_load():
+    result = check("qwen-base", image=OLD, overrides=["attention_backend=fa3"])
+    assert (result.accepted, result.stage, result.error_type) == (False, "load", "AssertionError")
+    assert "triton, trtllm_mha, fa4, or flashinfer backend are the only supported backends" in result.error
+    code, out, _ = run_cli(["check", "qwen-base", "--image", OLD, "--set", "attention_backend=fa3"])
+    assert code == 1 and "(at model load: ServerArgs took it, the attention registry did not)" in out
+
+
+@pytest.mark.slow
 def test_the_cli_prints_sglangs_message_and_says_it_emulated():
     code, out, _ = run_cli(["check", "qwen-mtp", "--image", OLD, "--set", "mamba_cache=no_buffer"])
     assert code == 1
@@ -93,3 +104,40 @@ def test_marker_is_the_drivers():
     from kit.check import driver
 
     assert driver.MARKER == MARKER
+
+
+@pytest.mark.slow
+def test_one_driver_process_answers_each_cell_as_a_process_of_its_own_would():
+    """The batch driver imports SGLang once per group and forks per cell; a cell must not see what
+    an earlier one left behind (env SGLang sets, caches, the emulated GPU count of another TP)."""
+    from kit.check import ensure_venv, run_cells
+
+    launches = [
+        ("qwen-mtp", ["mamba_cache=no_buffer"]),  # refused: the 0.5.10 ValueError
+        ("qwen-mtp", []),  # SGLang sets env of its own on the way
+        ("qwen-mtp", ["speculative.eagle_topk=4", "env.SGLANG_ENABLE_SPEC_V2=1"]),  # another env group
+        ("qwen-base", ["tp=8"]),  # eight emulated GPUs in a group that began with four
+        ("qwen-base", ["tp=2", "attention_backend=fa3"]),  # refused at load
+        ("qwen-base", []),
+    ]
+    requests = [
+        {**check_request(resolve_full(target, image=OLD, overrides=overrides)), "id": str(n)}
+        for n, (target, overrides) in enumerate(launches)
+    ]
+    venv, _ = ensure_venv("0.5.10.post1")
+    together = run_cells(venv, requests)
+
+    def verdict(result):
+        return (result.get("accepted"), result.get("stage"), result.get("error"), result.get("resolved"))
+
+    for request in requests:
+        alone = run_cells(venv, [request])[request["id"]]
+        assert verdict(together[request["id"]]) == verdict(alone), launches[int(request["id"])]
+    assert [together[str(n)]["accepted"] for n in range(len(launches))] == [
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]

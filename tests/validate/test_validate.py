@@ -48,8 +48,12 @@ def test_the_first_failing_launch_is_rejected_in_under_a_second():
     assert "fix: --set mamba_cache=extra_buffer" in out
 
 
-def test_the_same_override_is_fine_where_sglang_picks_itself():
-    assert validate("qwen-mtp", image=NEW, overrides=["mamba_cache=no_buffer"]).ok
+def test_the_same_override_on_0_5_23_needs_the_overlap_schedule_off():
+    # 0.5.14+ no longer raise the MTP ValueError, but no_buffer with the radix cache asserts against
+    # the overlap schedule (docs/conformance.md, mamba rows).
+    refused = validate("qwen-mtp", image=NEW, overrides=["mamba_cache=no_buffer"])
+    assert not refused.ok and "sglang-0.5.21:no-buffer-overlap" in _ids(refused)
+    assert validate("qwen-mtp", image=NEW, overrides=["mamba_cache=no_buffer", "overlap_schedule=false"]).ok
 
 
 @pytest.mark.parametrize("fix", ["mamba_cache=extra_buffer", "radix_cache=false", "mamba_cache=auto"])
@@ -107,7 +111,7 @@ def test_mtp_adds_the_draft_layer():
         (["container.ipc_host=false"], "pitfall:shm-too-small"),
         (["container.ulimits={}"], "pitfall:memlock"),
         (["cuda_graph=false"], "pitfall:cuda-graph-off"),
-        (["mamba_cache=extra_buffer", "radix_cache=false"], "sglang-0.5.21:extra-buffer-no-radix"),
+        (["mamba_cache=no_buffer"], "sglang-0.5.21:no-buffer-overlap"),
     ],
 )
 def test_pitfalls_and_rules(overrides, finding):
@@ -123,10 +127,11 @@ def test_p2p_pitfall_goes_away_once_p2p_is_off():
     }
 
 
-def test_extra_buffer_needs_cuda_on_0_5_10():
-    # The CPU image with an MTP override: the 0.5.21 dialect's rule fires.
+def test_extra_buffer_on_a_model_without_mamba_state():
+    # tiny is not hybrid: 0.5.21+ refuse an explicit extra_buffer with the radix cache on.
     report = validate("tiny", overrides=["mamba_cache=extra_buffer"])
-    assert "sglang-0.5.21:extra-buffer-needs-cuda" in _ids(report)
+    assert "sglang-0.5.21:extra-buffer-needs-mamba" in _ids(report)
+    assert validate("tiny", overrides=["mamba_cache=extra_buffer", "radix_cache=false"]).ok
 
 
 @pytest.fixture
@@ -135,8 +140,10 @@ def project_with_0_5_9(tmp_path, monkeypatch):
     images = tmp_path / "images"
     shutil.copytree(paths.images_dir(), images)
     text = (images / f"{OLD}.toml").read_text()
-    text = text.replace(f'name = "{OLD}"', 'name = "sglang-0.5.9-test"').replace(
-        'dialect = "sglang-0.5.10"', 'dialect = "sglang-0.5.9"'
+    text = (
+        text.replace(f'name = "{OLD}"', 'name = "sglang-0.5.9-test"')
+        .replace('dialect = "sglang-0.5.10"', 'dialect = "sglang-0.5.9"')
+        .replace('sglang = "0.5.10.post1"', 'sglang = "0.5.9"')
     )
     (images / "sglang-0.5.9-test.toml").write_text(text)
     monkeypatch.setenv("KIT_PROJECT_DIR", str(tmp_path))
@@ -149,7 +156,7 @@ def test_0_5_9_needs_triton_on_sm120(project_with_0_5_9):
     assert report.ok and "--attention-backend" in report.argv
     assert report.argv[report.argv.index("--attention-backend") + 1] == "triton"
     bad = validate("qwen-base", image=image, overrides=["attention_backend=flashinfer"])
-    assert "sglang-0.5.9:sm120-hybrid-flashinfer" in _ids(bad)
+    assert "sglang-0.5.9:sm120-hybrid-attention" in _ids(bad)
     # 0.5.9 only warns about MTP with no_buffer (it disables the radix cache itself).
     warned = validate("qwen-mtp", image=image, overrides=["mamba_cache=no_buffer"])
     assert warned.ok and "sglang-0.5.9:mtp-hybrid-no-buffer" in {f.id for f in warned.findings}
