@@ -156,7 +156,7 @@ def show_image(name: str, as_json: bool) -> None:
 
     manifest = load_manifest(name)
     info, problem = image_info_if_engine(manifest.tag)
-    args = build_args(manifest, torch_from_local_wheel=False)
+    args = build_args(manifest)
     show(show_result(manifest, args, info, problem), as_json=as_json, human=_human_show)
 
 
@@ -206,7 +206,7 @@ def build_args_cmd(name: str, fmt: str) -> None:
     from kit.images.build import build_args
     from kit.images.manifest import load_manifest
 
-    args = build_args(load_manifest(name), torch_from_local_wheel=False)
+    args = build_args(load_manifest(name))
     if fmt == "json":
         click.echo(json.dumps(args, indent=2))
         return
