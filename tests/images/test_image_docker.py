@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+import uuid
 
 import pytest
 from image_helpers import CPU_IMAGE, run_kit
@@ -163,3 +168,46 @@ def test_show_reports_the_built_image(cpu_image, capsys):
     shown = json.loads(capsys.readouterr().out)
     assert shown["built"] is True and shown["image"]["labels"]["io.kit.image"] == CPU_IMAGE
     assert shown["label_drift"] == []
+
+
+@pytest.fixture
+def own_cpu_manifest(cpu_image, engine, project):
+    """The CPU image under a tag and manifest name of this test's own, so the containers it looks
+    for (labelled with that name) can only be its own. The tag is removed afterwards; the image
+    keeps its other tags."""
+    name = f"verify-interrupt-{uuid.uuid4().hex[:8]}"
+    source = (project / "images" / f"{CPU_IMAGE}.toml").read_text(encoding="utf-8")
+    (project / "images" / f"{name}.toml").write_text(
+        source.replace(f'name = "{CPU_IMAGE}"', f'name = "{name}"'), encoding="utf-8"
+    )
+    engine.images.get(TAG).tag("kit/sglang", name)
+    yield name
+    engine.images.remove(f"kit/sglang:{name}", noprune=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_verify_removes_the_probe_container(own_cpu_manifest, engine, sig):
+    name = own_cpu_manifest
+    mine = {"label": ["io.kit.managed=verify", f"io.kit.image={name}"]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "image", "verify", name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # started with SIGINT ignored, as under nohup: verify must still be interruptible
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not engine.containers.list(filters={**mine, "status": "running"}):
+            assert time.monotonic() < deadline, "the probe's container never ran"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        os.kill(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip() == "kit: error: interrupted" and "Traceback" not in stdout + stderr
+    assert not engine.containers.list(all=True, filters=mine)
