@@ -287,7 +287,7 @@ def _human_verify(result, out) -> None:
     for column in ("expected", "found", ""):
         table.add_column(column)
     for row in result.rows:
-        mark = _STATUS_MARK[row.status] + (f" [dim]{escape(row.why)}[/]" if row.why else "")
+        mark = _STATUS_MARK[row.status] + (f"[dim]: {escape(row.why)}[/]" if row.why else "")
         table.add_row(escape(row.check), escape(row.expected), escape(row.found), mark)
     out.print(table)
     access = result.gpus

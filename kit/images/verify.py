@@ -28,7 +28,6 @@ PROBE = Path(__file__).resolve().parent / "inimage" / "verify.py"
 PROBE_DIR = "/tmp/kit-verify"
 """Where the kit's copy of the probe is put in the container (its child processes run this file)."""
 MARKER = "KIT-VERIFY-JSON "
-STAND_IN_MARK = "+kit.cpu.rehearsal"
 CPU_RANKS = 2
 COLLECTIVE_TIMEOUT_S = 90.0
 GPU_CONTAINER: dict[str, Any] = {"shm_size": "2g"}
