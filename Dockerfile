@@ -23,6 +23,7 @@ ARG PYTHON
 ARG KIT_CUDA_VERSION
 ARG TORCH_VERSION
 ARG TORCH_INDEX_URL
+ARG TORCH_WHEEL
 ARG TORCHVISION_VERSION
 ARG SGLANG_VERSION
 ARG SGLANG_KERNEL_VERSION
@@ -55,12 +56,15 @@ RUN apt-get update \
  && ${PYTHON} -m venv /opt/venv \
  && python -m pip install "pip==26.3"
 
-# PyTorch first, from local wheels when the kit found them, else from the manifest's index. The
-# constraints file keeps later steps from replacing torch or torchvision.
+# PyTorch first. When the kit found the exact torch wheel (TORCH_WHEEL, in wheels/), it is installed
+# alone from there first (--no-index: no index can swap it), and the index is still offered for the
+# rest: torchvision's +cuXXX builds live only on the torch index. The constraints file keeps later
+# steps from replacing torch or torchvision.
 COPY wheels/ /tmp/kit-wheels/
 # hadolint ignore=SC3054,DL3013
 RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
  && tv=(); if [ -n "${TORCHVISION_VERSION}" ]; then tv=("torchvision==${TORCHVISION_VERSION}"); fi \
+ && if [ -n "${TORCH_WHEEL}" ]; then pip install --no-index --no-deps --find-links /tmp/kit-wheels "torch==${TORCH_VERSION}"; fi \
  && pip install --find-links /tmp/kit-wheels "${index_args[@]}" "torch==${TORCH_VERSION}" "${tv[@]}" \
  && printf '%s\n' "torch==${TORCH_VERSION}" "${tv[@]}" > /opt/venv/kit-constraints.txt \
  && rm -rf /tmp/kit-wheels

@@ -156,7 +156,7 @@ def show_image(name: str, as_json: bool) -> None:
 
     manifest = load_manifest(name)
     info, problem = image_info_if_engine(manifest.tag)
-    args = build_args(manifest, torch_from_local_wheel=False)
+    args = build_args(manifest)
     show(show_result(manifest, args, info, problem), as_json=as_json, human=_human_show)
 
 
@@ -206,7 +206,7 @@ def build_args_cmd(name: str, fmt: str) -> None:
     from kit.images.build import build_args
     from kit.images.manifest import load_manifest
 
-    args = build_args(load_manifest(name), torch_from_local_wheel=False)
+    args = build_args(load_manifest(name))
     if fmt == "json":
         click.echo(json.dumps(args, indent=2))
         return
@@ -221,45 +221,96 @@ def build_args_cmd(name: str, fmt: str) -> None:
     type=click.Choice(["auto", "all", "none"]),
     default="auto",
     show_default=True,
-    help="auto: use the host's GPUs when the engine has the NVIDIA runtime.",
+    help="auto: give the probe the host's GPUs if the engine can (nvidia runtime, runtime hook or CDI); "
+    "all: fail if it cannot; none: run no GPU check (versions only, said so in the verdict).",
+)
+@click.option(
+    "--collective-timeout",
+    type=click.FloatRange(min=5, max=1800),
+    default=90,
+    show_default=True,
+    help="Seconds the all_reduce may take, process start to result.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify(name: str, gpus: str, as_json: bool) -> None:
-    """Check inside kit/sglang:NAME that torch, CUDA, NCCL, sglang, flashinfer, sglang-kernel and the
-    compiled arch list match images/NAME.toml; on a GPU host also run a matmul on each GPU.
+def verify(name: str, gpus: str, collective_timeout: float, as_json: bool) -> None:
+    """Check inside kit/sglang:NAME that torch, CUDA, NCCL, sglang, flashinfer, sglang-kernel, py-spy
+    and the compiled arch list match images/NAME.toml, and that it runs: sgl_kernel and flashinfer
+    import, one sgl_kernel op and a matmul per GPU match torch, an all_reduce over every GPU (NCCL;
+    gloo over 2 CPU ranks in the CPU image) finishes in time.
 
-    Exits 1 on any drift, 3 when the image is not built.
+    Each check is ok, DRIFT or not checked (with why). Exit 0: every check ran and matched, or only
+    the GPU checks were turned off with --gpus none. Exit 1: drift. Exit 3: no drift, but checks
+    could not run (a GPU image without GPUs), or the image is not built.
     """
-    from kit.errors import CheckFailed
+    from kit.errors import CheckFailed, EnvironmentProblem
     from kit.images.manifest import load_manifest
     from kit.images.verify import verify_image
 
-    result = verify_image(load_manifest(name), gpus=gpus)  # type: ignore[arg-type]
+    _signals_interrupt()
+    result = verify_image(load_manifest(name), gpus=gpus, collective_timeout_s=collective_timeout)  # type: ignore[arg-type]
     show(result, as_json=as_json, human=_human_verify)
-    if not result.ok:
+    if result.verdict == "drift":
         checks = ", ".join(r.check for r in result.drift)
         raise CheckFailed(
             f"{result.tag} differs from images/{name}.toml in {len(result.drift)} check(s): {checks}",
             hint="rebuild it with 'kit image build NAME' or fix the manifest",
         )
+    if result.verdict == "incomplete":
+        checks = ", ".join(r.check for r in result.not_checked)
+        raise EnvironmentProblem(
+            f"{result.tag}: no drift, but {len(result.not_checked)} check(s) not run: {checks}",
+            hint=f"{result.not_checked[0].why}; run it on a GPU host, or --gpus none to check versions only",
+        )
+
+
+def _signals_interrupt() -> None:
+    """Ctrl-C and SIGTERM both unwind (removing the probe's container) and exit 130, also when the
+    process was started with SIGINT ignored (nohup, some CI runners)."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+_STATUS_MARK = {"ok": "[green]ok[/]", "drift": "[bold red]DRIFT[/]", "not checked": "[yellow]not checked[/]"}
 
 
 def _human_verify(result, out) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{result.tag} ({result.image_id[:19]})", title_justify="left", show_edge=False)
-    for column in ("check", "expected", "found", ""):
+    table.add_column("check", no_wrap=True)
+    for column in ("expected", "found", ""):
         table.add_column(column)
     for row in result.rows:
-        mark = "[green]ok[/]" if row.ok else "[bold red]DRIFT[/]"
-        if row.note == "skipped":
-            mark = "[dim]skipped[/]"
-        elif row.note:
-            mark += f" [dim]{row.note}[/]"
-        table.add_row(row.check, row.expected, row.found, mark)
+        mark = _STATUS_MARK[row.status] + (f"[dim]: {escape(row.why)}[/]" if row.why else "")
+        table.add_row(escape(row.check), escape(row.expected), escape(row.found), mark)
     out.print(table)
-    verdict = "[bold green]matches its manifest[/]" if result.ok else "[bold red]DRIFT[/]"
-    out.print(f"{verdict} in {result.seconds:.1f} s (GPUs: {result.gpus})")
+    access = result.gpus
+    if result.flavor == "cuda":
+        out.print(f"GPUs: {escape(access.why)}", style="dim")
+        for line in access.detail:
+            out.print(f"  {escape(line)}", style="dim")
+    n = result.counts
+    ran = n["ok"] + n["drift"]
+    if result.verdict == "pass":
+        verdict = f"[bold green]matches its manifest[/]: all {ran} checks ran and matched"
+    elif result.verdict == "waived":
+        verdict = (
+            f"[bold yellow]matches its manifest in the {ran} checks that ran[/]; "
+            f"{n['not checked']} GPU check(s) not run (--gpus none): not a full pass"
+        )
+    elif result.verdict == "incomplete":
+        verdict = f"[bold yellow]NOT FULLY CHECKED[/]: no drift in {ran} checks, {n['not checked']} not run"
+    else:
+        verdict = f"[bold red]DRIFT[/] in {n['drift']} of {ran} checks"
+        if n["not checked"]:
+            verdict += f", {n['not checked']} not run"
+    out.print(f"{verdict} ({result.seconds:.1f} s)")
 
 
 @image.command("diff")

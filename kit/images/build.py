@@ -61,9 +61,14 @@ def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path])
     return None
 
 
-def build_args(manifest: Manifest, *, torch_from_local_wheel: bool) -> dict[str, str]:
-    """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal)."""
+def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
+    """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal).
+    `torch_wheel`: the file name of the local torch wheel in the context, if any."""
     pins = manifest.pins
+    # A local wheel replaces torch only: torchvision's and torchaudio's +cuXXX builds live on the
+    # torch index alone, so a GPU image keeps it. The CPU rehearsal needs nothing else from it, and
+    # must build where that index cannot be reached.
+    keep_index = not torch_wheel or bool(pins.torchvision) or manifest.flavor == "cuda"
     return {
         "BASE_IMAGE": manifest.base.image,
         "KIT_IMAGE_NAME": manifest.name,
@@ -73,8 +78,8 @@ def build_args(manifest: Manifest, *, torch_from_local_wheel: bool) -> dict[str,
         "PYTHON": manifest.base.python,
         "KIT_CUDA_VERSION": pins.cuda or "",
         "TORCH_VERSION": pins.torch,
-        # With the exact wheel in the context, no index is asked (none may be reachable).
-        "TORCH_INDEX_URL": "" if torch_from_local_wheel else (pins.torch_index or ""),
+        "TORCH_INDEX_URL": (pins.torch_index or "") if keep_index else "",
+        "TORCH_WHEEL": torch_wheel,
         "TORCHVISION_VERSION": pins.torchvision or "",
         "SGLANG_VERSION": pins.sglang,
         "SGLANG_KERNEL_VERSION": pins.sglang_kernel or "",
@@ -106,12 +111,16 @@ def _add_tree(tar: tarfile.TarFile, prefix: str, root: Path) -> None:
             _add_file(tar, f"{prefix}/{path.relative_to(root).as_posix()}", path)
 
 
+def local_torch_wheel(manifest: Manifest, options: BuildOptions) -> Path | None:
+    return find_local_wheel(
+        "torch", manifest.pins.torch, python_tag(manifest.base.python), options.wheel_dirs
+    )
+
+
 def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     """Write the build context tar to `out`; return where torch will come from."""
     pkg = paths.package_dir()
-    wheel = find_local_wheel(
-        "torch", manifest.pins.torch, python_tag(manifest.base.python), options.wheel_dirs
-    )
+    wheel = local_torch_wheel(manifest, options)
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
         _add_tree(tar, "inimage", pkg / "images" / "inimage")
@@ -147,7 +156,8 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
     image_id = ""
     with tempfile.TemporaryFile() as context, log_path.open("w", encoding="utf-8") as log:
         torch_source = write_context(context, manifest, options)
-        args = build_args(manifest, torch_from_local_wheel=torch_source.startswith("local"))
+        wheel = local_torch_wheel(manifest, options)
+        args = build_args(manifest, torch_wheel=wheel.name if wheel else "")
         context.seek(0)
         log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n")
         with translated(f"building {manifest.tag}"):

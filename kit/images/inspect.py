@@ -104,11 +104,9 @@ def read_file(ref: str, path: str, *, label_image: str = "") -> bytes:
         return handle.read()
 
 
-def gpu_runtime_available() -> bool:
-    """Whether the engine can hand GPUs to a container (the NVIDIA runtime is registered)."""
+def engine_info() -> dict:
+    """`docker info` as a dict: what kit.images.gpu_access plans GPU access from."""
     from kit.runtime.engine import client, translated
 
     with translated("asking the engine about GPUs"):
-        info = client().info()
-    runtimes = info.get("Runtimes") or {}
-    return "nvidia" in runtimes or info.get("DefaultRuntime") == "nvidia"
+        return dict(client().info())

@@ -20,6 +20,11 @@ IMAGE_REPOSITORY = "kit/sglang"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
+def _normal(dist: str) -> str:
+    """PEP 503 name: 'Py_Spy' and 'py-spy' are one distribution."""
+    return re.sub(r"[-_.]+", "-", dist.strip()).lower()
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -106,7 +111,20 @@ class Manifest(_Strict):
             loose = [r for r in getattr(self, key) if "==" not in r]
             if loose:
                 raise ValueError(f"{key}: '{loose[0]}' is not pinned with ==")
+        if not self.pip_pin("py-spy"):
+            raise ValueError(
+                "extra_pip: no py-spy pin (every image carries py-spy==VERSION: it dumps a hung rank's stack)"
+            )
         return self
+
+    def pip_pin(self, name: str) -> str | None:
+        """The version extra_pip pins for a distribution ('py-spy' and 'py_spy' are one), or None."""
+        wanted = _normal(name)
+        for requirement in self.extra_pip:
+            dist, sep, version = requirement.partition("==")
+            if sep and _normal(dist.split("[", 1)[0]) == wanted:
+                return version.strip()
+        return None
 
     @property
     def tag(self) -> str:
@@ -140,6 +158,10 @@ def _translate(path: Path, exc: ValidationError) -> InputError:
     if message.startswith("pins."):  # our cross-field checks name their own key
         key, _, message = message.partition(": ")
         return InputError(f"{path}: {key}", message, f"allowed keys: {_allowed_keys(Pins)}")
+    if message.startswith("extra_pip: "):
+        return InputError(
+            f"{path}: extra_pip", message.removeprefix("extra_pip: "), "pin it like 'name==1.2.3'"
+        )
     return InputError(f"{path}: {key}", message, f"allowed keys: {_allowed_keys(model)}")
 
 

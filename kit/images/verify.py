@@ -1,26 +1,43 @@
-"""`kit image verify NAME`: prove from inside the image that it is what its manifest pins.
+"""`kit image verify NAME`: prove from inside the image that it is what its manifest pins, and that
+what it carries runs.
 
 The probe (kit/images/inimage/verify.py, the kit's current copy) runs in a short-lived container
-and reports what is installed; `compare` (pure) turns manifest + report into rows of
-(check, expected, found, ok). Any row that is not ok is drift.
+and reports what is installed and what ran; `compare` (pure) turns manifest + report + GPU access
+into rows. Each row is ok, drift, or not checked (with why): a check that could not run, because
+no GPU reached the container or because something it depends on failed, is never counted as ok.
+`verdict` (pure) reads the rows: pass, drift, incomplete, or waived (GPU checks turned off with
+--gpus none).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from kit.errors import EnvironmentProblem, KitError
+from kit.images.gpu_access import Attempt, GpuAccess, GpuMode, granted, not_asked, plan, refused
 from kit.images.manifest import Manifest
 
 PROBE = Path(__file__).resolve().parent / "inimage" / "verify.py"
+PROBE_DIR = "/tmp/kit-verify"
+"""Where the kit's copy of the probe is put in the container (its child processes run this file)."""
 MARKER = "KIT-VERIFY-JSON "
-STAND_IN_MARK = "+kit.cpu.rehearsal"
-GpuMode = Literal["auto", "all", "none"]
+CPU_RANKS = 2
+COLLECTIVE_TIMEOUT_S = 90.0
+GPU_CONTAINER: dict[str, Any] = {"shm_size": "2g"}
+"""NCCL's shared-memory transport (GPUs without P2P) needs more than Docker's 64 MB /dev/shm."""
+
+Status = Literal["ok", "drift", "not checked"]
+OK: Status = "ok"
+DRIFT: Status = "drift"
+NOT_CHECKED: Status = "not checked"
+Verdict = Literal["pass", "drift", "incomplete", "waived"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +45,15 @@ class Row:
     check: str
     expected: str
     found: str
-    ok: bool
-    note: str = ""
+    status: Status
+    why: str = ""
+    """For 'not checked': why it could not run. Otherwise a note (e.g. 'the kit's stand-in')."""
+    gpu: bool = False
+    """The check needs the host's GPUs in the container: --gpus none turns it off on purpose."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
 
 
 @dataclass(frozen=True)
@@ -38,16 +62,22 @@ class VerifyResult:
     tag: str
     image_id: str
     flavor: str
+    verdict: Verdict
     ok: bool
+    """Every row ran and matched: the only full pass."""
+    counts: dict[str, int]
     rows: list[Row]
-    gpus: str
-    """'requested' when the probe ran with the host's GPUs, else why not."""
+    gpus: GpuAccess
     seconds: float
     report: dict[str, Any] = field(default_factory=dict)
 
     @property
     def drift(self) -> list[Row]:
-        return [r for r in self.rows if not r.ok]
+        return [r for r in self.rows if r.status == DRIFT]
+
+    @property
+    def not_checked(self) -> list[Row]:
+        return [r for r in self.rows if r.status == NOT_CHECKED]
 
 
 # --- pure comparison -------------------------------------------------------------------------------
@@ -73,17 +103,21 @@ def arch_names(arch: str) -> set[str]:
     return {f"sm_{digits}", f"sm_{digits}a", f"sm_{digits}f", f"compute_{digits}"}
 
 
+def _row(check: str, expected: str, found: str, ok: bool, why: str = "", *, gpu: bool = False) -> Row:
+    return Row(check, expected, found, OK if ok else DRIFT, why, gpu)
+
+
 def _python_row(manifest: Manifest, report: dict) -> Row:
     expected = manifest.base.python.removeprefix("python")
     found = str(report.get("python") or "")
-    return Row("python", expected, found or "unknown", major_minor(found) == expected)
+    return _row("python", expected, found or "unknown", major_minor(found) == expected)
 
 
 def _torch_rows(manifest: Manifest, torch: dict) -> tuple[list[Row], bool]:
     if not torch.get("imported"):
-        return [Row("torch", manifest.pins.torch, f"import failed: {torch.get('error', '?')}", False)], False
+        return [_row("torch", manifest.pins.torch, f"import failed: {torch.get('error', '?')}", False)], False
     found = str(torch.get("version"))
-    return [Row("torch", manifest.pins.torch, found, version_matches(manifest.pins.torch, found))], True
+    return [_row("torch", manifest.pins.torch, found, version_matches(manifest.pins.torch, found))], True
 
 
 def _dist(report: dict, name: str) -> str | None:
@@ -96,7 +130,7 @@ def _module(report: dict, name: str) -> dict:
 
 def _pinned_dist_row(check: str, dist: str, pin: str, report: dict) -> Row:
     found = _dist(report, dist)
-    return Row(check, pin, found or "not installed", version_matches(pin, found))
+    return _row(check, pin, found or "not installed", version_matches(pin, found))
 
 
 def _stand_in_row(check: str, dists: tuple[str, ...], module: str, report: dict) -> Row:
@@ -104,62 +138,236 @@ def _stand_in_row(check: str, dists: tuple[str, ...], module: str, report: dict)
     expected = "kit stand-in, no distribution"
     real = [f"{d}=={_dist(report, d)}" for d in dists if _dist(report, d)]
     if real:
-        return Row(check, expected, ", ".join(real), False, "a CUDA-only package in the CPU image")
+        return _row(check, expected, ", ".join(real), False, "a CUDA-only package in the CPU image")
     info = _module(report, module)
     if info.get("stand_in"):
-        return Row(check, expected, f"kit stand-in {info.get('version')}", True)
+        return _row(check, expected, f"kit stand-in {info.get('version')}", True)
     if info.get("found"):
-        return Row(check, expected, f"module at {info.get('origin')}", False, "not the kit's stand-in")
-    return Row(check, expected, "missing", False, "SGLang imports it at start-up")
+        return _row(check, expected, f"module at {info.get('origin')}", False, "not the kit's stand-in")
+    return _row(check, expected, "missing", False, "SGLang imports it at start-up")
 
 
 def _absent_row(check: str, dists: tuple[str, ...], report: dict, module: str | None = None) -> Row:
     present = [f"{d}=={_dist(report, d)}" for d in dists if _dist(report, d)]
     if module and _module(report, module).get("found") and not _module(report, module).get("stand_in"):
         present.append(f"module {module}")
-    return Row(check, "not installed", ", ".join(present) or "not installed", not present)
+    return _row(check, "not installed", ", ".join(present) or "not installed", not present)
 
 
-def _gpu_rows(torch: dict, gpus: str) -> list[Row]:
-    entries = torch.get("gpus") or []
-    if gpus != "requested":
-        return [Row("GPU op", "a matmul on each visible GPU", f"skipped ({gpus})", True, "skipped")]
-    if torch.get("cuda_error"):
-        return [Row("GPU op", "a matmul on each visible GPU", f"CUDA failed: {torch['cuda_error']}", False)]
-    if not entries:
-        return [Row("GPU op", "a matmul on each visible GPU", "no GPU visible (skipped)", True, "skipped")]
-    rows = []
-    for entry in entries:
-        where = f"{entry.get('name')} (sm {entry.get('capability')})"
-        found = (
-            f"{where}: ok in {entry.get('ms')} ms" if entry.get("ok") else f"{where}: {entry.get('error')}"
+def _unchecked(check: str, expected: str, why: str, *, gpu: bool = False, found: str = "not run") -> Row:
+    return Row(check, expected, found, NOT_CHECKED, why, gpu)
+
+
+def _py_spy_row(manifest: Manifest, report: dict) -> Row:
+    """py-spy dumps a hung rank's stack: installed at the pin, and its binary runs."""
+    pin = manifest.pip_pin("py-spy")
+    expected = f"{pin or '(no pin)'}; py-spy --version runs"
+    facts = report.get("py_spy")
+    if facts is None:
+        return _unchecked("py-spy", expected, "the probe did not report it")
+    if not pin:
+        return _row(
+            "py-spy", expected, facts.get("version") or "not installed", False, "the manifest pins no py-spy"
         )
+    version = facts.get("version")
+    if not version_matches(pin, version):
+        return _row("py-spy", expected, version or "not installed", False)
+    output = str(facts.get("output") or "")
+    if facts.get("rc") != 0 or output.split()[-1:] != [version]:
+        ran = facts.get("error") or f"py-spy --version exited {facts.get('rc')}: {output or 'no output'}"
+        return _row("py-spy", expected, f"{version}; {ran}", False, "installed but does not run")
+    return _row("py-spy", expected, f"{version}; '{output}'", True)
+
+
+def _gpu_matmul_rows(torch: dict, access: GpuAccess, torch_ok: bool) -> list[Row]:
+    expected = "a matmul on each visible GPU matches the CPU"
+    if not access.granted:
+        return [_unchecked("GPU matmul", expected, access.why, gpu=True)]
+    if not torch_ok:
+        return [_unchecked("GPU matmul", expected, "torch did not import", gpu=True)]
+    if torch.get("cuda_error"):
+        return [
+            _row("GPU matmul", expected, f"CUDA failed: {torch['cuda_error']}", False, access.why, gpu=True)
+        ]
+    entries = torch.get("gpus") or []
+    if not entries:
+        return [_row("GPU matmul", expected, "CUDA sees no GPU", False, f"though {access.why}", gpu=True)]
+    rows = []
+    for position, entry in enumerate(entries):
+        where = f"{entry.get('name')} (sm {entry.get('capability')})"
+        ok = bool(entry.get("ok"))
+        found = f"{where}: ok in {entry.get('ms')} ms" if ok else f"{where}: {entry.get('error')}"
         rows.append(
-            Row(f"GPU {entry.get('index')} matmul", "runs and matches the CPU", found, bool(entry.get("ok")))
+            Row(
+                f"GPU {entry.get('index', position)} matmul",
+                "runs and matches the CPU",
+                found,
+                OK if ok else DRIFT,
+                gpu=True,
+            )
         )
     return rows
 
 
-def compare(manifest: Manifest, report: dict, *, gpus: str = "requested") -> list[Row]:
-    """Manifest vs what the probe found inside the image. Pure: no Docker, no clock."""
+# Import errors that only say "no GPU driver here": not drift when no GPU was given.
+_NEEDS_DRIVER = re.compile(
+    r"libcuda\.so|libnvidia-ml|CUDA driver|NVIDIA driver|no CUDA-capable device|CUDA_ERROR_NO_DEVICE", re.I
+)
+
+
+def _import_row(module: str, kernels: dict | None, access: GpuAccess, torch_ok: bool) -> Row:
+    check, expected = f"import {module}", "imports"
+    if not torch_ok:
+        return _unchecked(check, expected, "torch did not import")
+    if not kernels or not kernels.get("ran"):
+        return _unchecked(
+            check, expected, (kernels or {}).get("why") or "the probe did not run its kernels step"
+        )
+    entry = (kernels.get("imports") or {}).get(module)
+    if entry is None:
+        ended = kernels.get("error") or f"the kernels step ended (exit {kernels.get('rc')}) before it"
+        return _row(check, expected, "not reached", False, ended)
+    if not entry.get("found"):
+        return _row(check, expected, "no such module", False)
+    if entry.get("ok"):
+        version = f" ({entry['version']})" if entry.get("version") else ""
+        return _row(check, expected, f"ok in {entry.get('seconds')} s{version}", True)
+    error = str(entry.get("error") or "?")
+    if not access.granted and _NEEDS_DRIVER.search(error):
+        return _unchecked(
+            check, expected, f"its import needs a GPU driver: {access.why}", gpu=True, found=error[:300]
+        )
+    return _row(check, expected, error[:300], False, _last_line(kernels.get("stderr_tail")))
+
+
+def _op_results(op: dict) -> tuple[list[dict], list[dict]]:
+    results = list(op.get("results") or [])
+    return results, [r for r in results if not r.get("ok")]
+
+
+def _gpu_op_row(kernels: dict | None, access: GpuAccess, torch_ok: bool) -> Row:
+    op = (kernels or {}).get("op") or {}
+    name = op.get("name") or "silu_and_mul"
+    check, expected = "sgl_kernel op", f"{name} on every GPU matches torch"
+    if not access.granted:
+        return _unchecked(check, expected, access.why, gpu=True)
+    if not torch_ok or not kernels or not kernels.get("ran"):
+        return _unchecked(
+            check,
+            expected,
+            "torch did not import" if not torch_ok else "the kernels step did not run",
+            gpu=True,
+        )
+    if not op.get("ran"):
+        why = op.get("why") or "the kernels step ended before it"
+        if op.get("blocked"):  # another row says why (the import, or CUDA)
+            return _unchecked(check, expected, why, gpu=True)
+        return _row(check, expected, "not run", False, why, gpu=True)
+    results, failed = _op_results(op)
+    if op.get("error") or failed or not results:
+        detail = (
+            op.get("error") or "; ".join(f"{r.get('device')}: {r.get('error')}" for r in failed) or "no GPU"
+        )
+        return _row(check, expected, detail, False, _last_line(kernels.get("stderr_tail")), gpu=True)
+    worst = max(float(r.get("max_diff") or 0) for r in results)
+    devices = ", ".join(str(r.get("device")) for r in results)
+    return _row(check, expected, f"matches on {devices} (max |diff| {worst:.3g})", True, gpu=True)
+
+
+def _stand_in_op_row(kernels: dict | None, torch_ok: bool) -> Row:
+    check = "sgl_kernel op"
+    expected = "the stand-in's assign_req_to_token_pool_cpu matches torch"
+    if not torch_ok:
+        return _unchecked(check, expected, "torch did not import")
+    if not kernels or not kernels.get("ran"):
+        return _unchecked(
+            check, expected, (kernels or {}).get("why") or "the probe did not run its kernels step"
+        )
+    op = kernels.get("op") or {}
+    if not op.get("ran"):
+        why = op.get("why") or "the kernels step ended before it"
+        return (
+            _unchecked(check, expected, why)
+            if op.get("blocked")
+            else _row(check, expected, "not run", False, why)
+        )
+    if not op.get("stand_in"):
+        return _row(check, expected, f"ran {op.get('name')}", False, "not the kit's stand-in")
+    results, failed = _op_results(op)
+    if op.get("error") or failed or not results:
+        detail = op.get("error") or "; ".join(str(r.get("error")) for r in failed) or "no result"
+        return _row(check, expected, detail, False)
+    return _row(
+        check, expected, "kit CPU stand-in: matches torch", True, "the kit's stand-in, not a CUDA kernel"
+    )
+
+
+def _all_reduce_row(report: dict, access: GpuAccess, torch_ok: bool, *, gpu: bool) -> Row:
+    facts = report.get("all_reduce")
+    timeout = (facts or {}).get("timeout_s") or COLLECTIVE_TIMEOUT_S
+    if gpu:
+        expected = f"NCCL sum over every GPU, a process each, within {timeout:g} s"
+        if not access.granted:
+            return _unchecked("all_reduce", expected, access.why, gpu=True)
+    else:
+        expected = f"gloo sum over {CPU_RANKS} CPU ranks, a process each, within {timeout:g} s"
+    if not torch_ok:
+        return _unchecked("all_reduce", expected, "torch did not import", gpu=gpu)
+    if not facts:
+        return _unchecked("all_reduce", expected, "the probe did not run it", gpu=gpu)
+    if not facts.get("ran"):
+        return _unchecked("all_reduce", expected, str(facts.get("why") or "not run"), gpu=gpu)
+    ranks = facts.get("ranks") or []
+    world = facts.get("world")
+    where = f"{world} {'GPUs' if gpu else 'ranks'} ({facts.get('backend')})"
+    # Every rank answered, and each saw the right sum: the probe's own flag is not enough alone.
+    if facts.get("ok") and ranks and len(ranks) == world and all(r.get("ok") for r in ranks):
+        want = ranks[0].get("want")
+        return Row(
+            "all_reduce",
+            expected,
+            f"{where}: {want if want is None else f'{want:g}'} on every rank in {facts.get('seconds')} s",
+            OK,
+            gpu=gpu,
+        )
+    bad = [r for r in ranks if not r.get("ok")]
+    detail = "; ".join(f"rank {r.get('rank')}: {r.get('error') or _wrong_sum(r)}" for r in bad[:4])
+    detail = detail or f"{len(ranks)} of {world} ranks reported"
+    lead = f"timed out after {timeout:g} s" if facts.get("timed_out") else "failed"
+    tail = next((r.get("stderr_tail") for r in bad if r.get("stderr_tail")), None)
+    return Row("all_reduce", expected, f"{where} {lead}: {detail}", DRIFT, _last_line(tail), gpu)
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1][:300] if lines else ""
+
+
+def _wrong_sum(rank: dict) -> str:
+    return f"got {rank.get('low')}..{rank.get('high')}, want {rank.get('want')}"
+
+
+def compare(manifest: Manifest, report: dict, *, access: GpuAccess) -> list[Row]:
+    """Manifest vs what the probe found and ran inside the image. Pure: no Docker, no clock."""
     torch = report.get("torch") or {}
     rows = [_python_row(manifest, report)]
     torch_rows, torch_ok = _torch_rows(manifest, torch)
     rows += torch_rows
     if manifest.flavor == "cuda":
-        rows += _cuda_rows(manifest, report, torch, torch_ok, gpus)
+        rows += _cuda_rows(manifest, report, torch, torch_ok, access)
     else:
         rows += _cpu_rows(manifest, report, torch, torch_ok)
+    rows.append(_py_spy_row(manifest, report))
     return rows
 
 
-def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gpus: str) -> list[Row]:
+def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, access: GpuAccess) -> list[Row]:
     pins = manifest.pins
     assert pins.cuda and pins.nccl and pins.nccl_package and pins.sglang_kernel and pins.flashinfer
     rows = []
     found_cuda = torch.get("cuda") if torch_ok else None
     rows.append(
-        Row(
+        _row(
             "torch.version.cuda",
             pins.cuda,
             found_cuda or "none (CPU build)",
@@ -170,7 +378,7 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gp
     if toolkit:
         found_toolkit = (report.get("env") or {}).get("CUDA_VERSION")
         rows.append(
-            Row(
+            _row(
                 "CUDA toolkit (base image)",
                 toolkit[1],
                 found_toolkit or "unknown",
@@ -179,7 +387,7 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gp
         )
     found_nccl = torch.get("nccl") if torch_ok else None
     rows.append(
-        Row(
+        _row(
             "NCCL (torch reports)",
             pins.nccl,
             found_nccl or torch.get("nccl_error") or "none",
@@ -190,7 +398,7 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gp
     for other in ("nvidia-nccl-cu12", "nvidia-nccl-cu13"):
         if other != pins.nccl_package and _dist(report, other):
             rows.append(
-                Row(
+                _row(
                     f"NCCL wheel {other}",
                     "not installed",
                     _dist(report, other) or "",
@@ -209,7 +417,7 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gp
     found_arches = list(torch.get("arch_list") or []) if torch_ok else []
     missing = [a for a in manifest.arch_list if not (arch_names(a) & set(found_arches))]
     rows.append(
-        Row(
+        _row(
             "compiled arch list",
             "covers "
             + ", ".join(sorted({f"sm_{a.split('+')[0].replace('.', '')}" for a in manifest.arch_list})),
@@ -218,7 +426,12 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, gp
             f"missing {', '.join(missing)}" if missing and found_arches else "",
         )
     )
-    rows += _gpu_rows(torch, gpus) if torch_ok else []
+    kernels = report.get("kernels")
+    rows.append(_import_row("sgl_kernel", kernels, access, torch_ok))
+    rows.append(_import_row("flashinfer", kernels, access, torch_ok))
+    rows += _gpu_matmul_rows(torch, access, torch_ok)
+    rows.append(_gpu_op_row(kernels, access, torch_ok))
+    rows.append(_all_reduce_row(report, access, torch_ok, gpu=True))
     return rows
 
 
@@ -226,7 +439,7 @@ def _cpu_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool) -> 
     rows = []
     found_cuda = torch.get("cuda") if torch_ok else None
     rows.append(
-        Row("torch.version.cuda", "none (CPU build)", found_cuda or "none (CPU build)", not found_cuda)
+        _row("torch.version.cuda", "none (CPU build)", found_cuda or "none (CPU build)", not found_cuda)
     )
     rows.append(_absent_row("NCCL wheel", ("nvidia-nccl-cu12", "nvidia-nccl-cu13"), report))
     rows.append(_pinned_dist_row("sglang", "sglang", manifest.pins.sglang, report))
@@ -245,9 +458,28 @@ def _cpu_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool) -> 
         rows.append(_stand_in_row("torchvision", ("torchvision",), "torchvision", report))
     arches = list(torch.get("arch_list") or []) if torch_ok else []
     rows.append(
-        Row("compiled arch list", "none (CPU build)", " ".join(arches) or "none (CPU build)", not arches)
+        _row("compiled arch list", "none (CPU build)", " ".join(arches) or "none (CPU build)", not arches)
     )
+    rows.append(_stand_in_op_row(report.get("kernels"), torch_ok))
+    rows.append(_all_reduce_row(report, not_asked("none", ""), torch_ok, gpu=False))
     return rows
+
+
+def verdict(rows: list[Row], access: GpuAccess) -> Verdict:
+    """drift beats everything; every row ok is a pass; rows that did not run make it incomplete,
+    unless they are only GPU rows turned off on purpose (--gpus none): waived."""
+    if any(r.status == DRIFT for r in rows):
+        return "drift"
+    unchecked = [r for r in rows if r.status == NOT_CHECKED]
+    if not unchecked:
+        return "pass"
+    if access.waived and all(r.gpu for r in unchecked):
+        return "waived"
+    return "incomplete"
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    return {status: sum(r.status == status for r in rows) for status in (OK, DRIFT, NOT_CHECKED)}
 
 
 def parse_probe_output(stdout: str) -> dict:
@@ -263,41 +495,88 @@ def parse_probe_output(stdout: str) -> dict:
     raise KitError("the in-image check printed no result")
 
 
+def probe_args(flavor: str, *, gpus: bool, collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> list[str]:
+    """What the probe is asked to run: NCCL over every GPU when the GPUs are there, gloo over
+    CPU_RANKS processes in the CPU image (the same all_reduce code), nothing collective otherwise."""
+    args = [f"{PROBE_DIR}/verify.py", "--collective-timeout", f"{collective_timeout_s:g}"]
+    if not gpus:
+        args.append("--skip-gpu")
+    if flavor == "cpu":
+        args += ["--all-reduce", "gloo", "--world", str(CPU_RANKS)]
+    elif gpus:
+        args += ["--all-reduce", "nccl"]
+    return args
+
+
 # --- running it ------------------------------------------------------------------------------------
 
 
-def run_probe(ref: str, *, name: str, gpus: bool, timeout_s: float = 300) -> dict:
-    """Run the probe in a fresh container (no network, removed afterwards) and return its report."""
-    import docker
+def _probe_archive() -> bytes:
+    """The kit's probe as a tar for put_archive: an image built before the probe last changed is
+    still checked by the rules this kit version compares against."""
+    data = PROBE.read_bytes()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(f"{PROBE_DIR.rsplit('/', 1)[1]}/verify.py")
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class _Refused(Exception):
+    """The engine would not create or start the container this GPU way."""
+
+
+def _run_once(
+    ref: str,
+    *,
+    name: str,
+    args: list[str],
+    timeout_s: float,
+    extra: dict[str, Any],
+    environment: dict[str, str],
+) -> dict:
+    from docker.errors import APIError
     from requests.exceptions import ConnectionError as RequestsConnectionError
     from requests.exceptions import ReadTimeout
 
     from kit.images.inspect import MANAGED_VALUE
-    from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, client, translated
+    from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, client
 
-    # The kit's own copy of the probe, passed on the command line: an image built before the probe
-    # last changed is still checked by the rules this kit version compares against.
-    command = ["-c", PROBE.read_text(encoding="utf-8")] + ([] if gpus else ["--skip-gpu"])
     kwargs: dict[str, Any] = {
         "entrypoint": ["python"],  # skips base-image entrypoints (the CUDA banner)
-        "command": command,
+        "command": args,
         "labels": {LABEL_MANAGED: MANAGED_VALUE, LABEL_IMAGE: name},
         "network_disabled": True,
         "detach": True,
+        **extra,
     }
-    if gpus:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    with translated(f"checking {ref}"):
-        container = client().containers.create(ref, **kwargs)
+    if environment:
+        kwargs["environment"] = {**environment, **(extra.get("environment") or {})}
+    asks_gpus = bool(extra.get("device_requests") or extra.get("runtime"))
+    container = None
+    try:
+        try:
+            container = client().containers.create(ref, **kwargs)
+        except APIError as exc:
+            if asks_gpus:
+                raise _Refused(str(exc.explanation or exc)) from exc
+            raise
+        container.put_archive(PROBE_DIR.rsplit("/", 1)[0], _probe_archive())
         try:
             container.start()
-            try:
-                status = container.wait(timeout=timeout_s)
-            except (ReadTimeout, RequestsConnectionError) as exc:
-                raise KitError(f"the check inside {ref} did not finish in {timeout_s:.0f} s") from exc
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", errors="replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", errors="replace")
-        finally:
+        except APIError as exc:
+            if asks_gpus:
+                raise _Refused(str(exc.explanation or exc)) from exc
+            raise
+        try:
+            status = container.wait(timeout=timeout_s)
+        except (ReadTimeout, RequestsConnectionError) as exc:
+            raise KitError(f"the check inside {ref} did not finish in {timeout_s:.0f} s") from exc
+        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", errors="replace")
+        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", errors="replace")
+    finally:
+        if container is not None:
             container.remove(force=True)
     try:
         return parse_probe_output(stdout)
@@ -306,37 +585,88 @@ def run_probe(ref: str, *, name: str, gpus: bool, timeout_s: float = 300) -> dic
         raise KitError(f"{exc.message} in {ref} (exit {status.get('StatusCode')})", hint=tail) from exc
 
 
-def _gpu_choice(mode: GpuMode) -> tuple[bool, str]:
-    from kit.images.inspect import gpu_runtime_available
+def run_probe(
+    ref: str,
+    *,
+    name: str,
+    flavor: str,
+    mode: GpuMode = "auto",
+    collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
+    timeout_s: float = 600,
+    environment: dict[str, str] | None = None,
+) -> tuple[dict, GpuAccess]:
+    """Run the probe in a fresh container (no network, removed afterwards): with the host's GPUs
+    when the image is a GPU image and the engine gives them one of the ways gpu_access plans.
+    `environment` is added to the container's (tests arm the rehearsal's fault switch with it)."""
+    from kit.images.inspect import engine_info
+    from kit.runtime.engine import translated
 
+    def once(args: list[str], extra: dict[str, Any]) -> dict:
+        with translated(f"checking {ref}"):
+            return _run_once(
+                ref, name=name, args=args, timeout_s=timeout_s, extra=extra, environment=environment or {}
+            )
+
+    without = probe_args(flavor, gpus=False, collective_timeout_s=collective_timeout_s)
+    if flavor != "cuda":
+        return once(without, {}), not_asked(mode, "a CPU image: its checks need no GPU")
     if mode == "none":
-        return False, "--gpus none"
-    available = gpu_runtime_available()
-    if mode == "all" and not available:
+        return once(without, {}), not_asked(mode, "--gpus none")
+    plans = plan(engine_info())
+    attempts: list[Attempt] = []
+    with_gpus = probe_args(flavor, gpus=True, collective_timeout_s=collective_timeout_s)
+    for chosen in plans.plans:
+        try:
+            report = once(with_gpus, {**GPU_CONTAINER, **chosen.container_kwargs()})
+        except _Refused as exc:
+            attempts.append(Attempt(chosen.how, " ".join(str(exc).split())[:300]))
+            continue
+        return report, granted(mode, chosen, attempts, plans.notes)
+    access = refused(mode, attempts, plans.notes)
+    if mode == "all":
         raise EnvironmentProblem(
-            "--gpus all: the engine has no NVIDIA runtime",
-            hint="install the NVIDIA Container Toolkit, or use --gpus auto",
+            f"--gpus all: {access.why}",
+            hint="; ".join(access.detail) or "install the NVIDIA Container Toolkit",
         )
-    return (True, "requested") if available else (False, "no NVIDIA runtime on this engine")
+    return once(without, {}), access
 
 
-def verify_image(manifest: Manifest, *, gpus: GpuMode = "auto", ref: str | None = None) -> VerifyResult:
+def result_of(
+    manifest: Manifest, *, tag: str, image_id: str, report: dict, access: GpuAccess, seconds: float
+) -> VerifyResult:
+    """The result of one probe run (pure): rows, verdict and counts."""
+    rows = compare(manifest, report, access=access)
+    result_verdict = verdict(rows, access)
+    return VerifyResult(
+        name=manifest.name,
+        tag=tag,
+        image_id=image_id,
+        flavor=manifest.flavor,
+        verdict=result_verdict,
+        ok=result_verdict == "pass",
+        counts=counts(rows),
+        rows=rows,
+        gpus=access,
+        seconds=round(seconds, 2),
+        report=report,
+    )
+
+
+def verify_image(
+    manifest: Manifest,
+    *,
+    gpus: GpuMode = "auto",
+    ref: str | None = None,
+    collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
+) -> VerifyResult:
     from kit.images.inspect import require_image
 
     tag = ref or manifest.tag
     started = time.monotonic()
     info = require_image(tag, manifest.name)
-    use_gpus, why = _gpu_choice(gpus)
-    report = run_probe(tag, name=manifest.name, gpus=use_gpus)
-    rows = compare(manifest, report, gpus=why)
-    return VerifyResult(
-        name=manifest.name,
-        tag=tag,
-        image_id=info.id,
-        flavor=manifest.flavor,
-        ok=all(r.ok for r in rows),
-        rows=rows,
-        gpus=why,
-        seconds=round(time.monotonic() - started, 2),
-        report=report,
+    report, access = run_probe(
+        tag, name=manifest.name, flavor=manifest.flavor, mode=gpus, collective_timeout_s=collective_timeout_s
+    )
+    return result_of(
+        manifest, tag=tag, image_id=info.id, report=report, access=access, seconds=time.monotonic() - started
     )

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from kit.errors import InputError
-from kit.images.build import BuildOptions, build_args, find_local_wheel, python_tag, write_context
+from kit.images.build import (
+    BuildOptions,
+    build_args,
+    find_local_wheel,
+    local_torch_wheel,
+    python_tag,
+    write_context,
+)
 from kit.images.manifest import load_manifest
 from kit.images.pipconfig import parse_pip_config
 
@@ -36,15 +43,33 @@ def test_the_context_holds_only_what_the_dockerfile_copies(tmp_path):
     assert source.startswith("index https://download.pytorch.org/whl/cpu")
 
 
-def test_a_local_torch_wheel_goes_into_the_context_and_no_index_is_asked(tmp_path):
+def test_a_local_torch_wheel_goes_into_the_context_and_the_cpu_image_asks_no_torch_index(tmp_path):
     wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"not really a wheel")
     (tmp_path / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"wrong python")
     names, source = context_names(BuildOptions(wheel_dirs=(tmp_path,)))
     assert f"wheels/{wheel.name}" in names
     assert source == f"local wheel {wheel}"
-    args = build_args(load_manifest(CPU), torch_from_local_wheel=True)
-    assert args["TORCH_INDEX_URL"] == ""
+    assert local_torch_wheel(load_manifest(CPU), BuildOptions(wheel_dirs=(tmp_path,))) == wheel
+    # Nothing else in the CPU image comes from the torch index, which may be unreachable.
+    args = build_args(load_manifest(CPU), torch_wheel=wheel.name)
+    assert args["TORCH_INDEX_URL"] == "" and args["TORCH_WHEEL"] == wheel.name
+
+
+@pytest.mark.parametrize("name", ["sglang-0.5.23-cu130-sm120", "sglang-0.5.10.post1-cu129-sm120"])
+def test_a_gpu_build_with_a_local_torch_wheel_keeps_the_torch_index(tmp_path, name):
+    """torchvision (and torchaudio) +cuXXX builds live only on the torch index: a local torch wheel
+    must not take that index away (it did: TORCH_INDEX_URL was emptied)."""
+    manifest = load_manifest(name)
+    wheel = tmp_path / f"torch-{manifest.pins.torch}-cp312-cp312-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"not really a wheel")
+    options = BuildOptions(wheel_dirs=(tmp_path,))
+    assert local_torch_wheel(manifest, options) == wheel
+    args = build_args(manifest, torch_wheel=wheel.name)
+    assert args["TORCH_INDEX_URL"] == manifest.pins.torch_index and args["TORCH_WHEEL"] == wheel.name
+    assert args["TORCHVISION_VERSION"].endswith("+cu" + manifest.pins.cuda.replace(".", ""))
+    buffer = io.BytesIO()
+    assert write_context(buffer, manifest, options) == f"local wheel {wheel}"
 
 
 def test_a_ca_bundle_is_sent_as_ca_bundle_crt(tmp_path):

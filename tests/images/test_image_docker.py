@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+import uuid
 
 import pytest
 from image_helpers import CPU_IMAGE, run_kit
@@ -43,11 +48,21 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
     started = time.monotonic()
     assert run_kit(["image", "verify", CPU_IMAGE, "--json"]) == 0, capsys.readouterr().err
     result = json.loads(capsys.readouterr().out)
-    assert result["ok"] and result["tag"] == TAG and time.monotonic() - started < 60
+    assert result["ok"] and result["verdict"] == "pass" and result["tag"] == TAG
+    assert time.monotonic() - started < 120
     rows = {r["check"]: r for r in result["rows"]}
+    assert {r["status"] for r in result["rows"]} == {"ok"}
     assert rows["sglang"]["found"] == "0.5.23"
     assert rows["sglang-kernel"]["found"].startswith("kit stand-in")
     assert rows["NCCL wheel"]["found"] == "not installed"
+    # What runs: the stand-in's op, a real gloo all_reduce over two processes, py-spy's binary.
+    assert rows["sgl_kernel op"]["why"] == "the kit's stand-in, not a CUDA kernel"
+    assert rows["all_reduce"]["found"].startswith("2 ranks (gloo): 3 on every rank")
+    assert rows["py-spy"]["found"] == "0.4.3; 'py-spy 0.4.3'"
+    ranks = result["report"]["all_reduce"]["ranks"]
+    assert [r["stage"] for r in ranks] == ["done", "done"] and all(
+        r["low"] == r["high"] == 3.0 for r in ranks
+    )
     assert result["report"]["torch"]["version"] == "2.13.0+cpu"
     assert not verify_containers(engine)  # the probe's container is gone
 
@@ -55,7 +70,59 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
 def test_verify_human_table(cpu_image, capsys):
     assert run_kit(["image", "verify", CPU_IMAGE, "--gpus", "none"]) == 0
     out = capsys.readouterr().out
-    assert "matches its manifest" in out and "compiled arch list" in out and "DRIFT" not in out
+    assert "matches its manifest: all 12 checks ran and matched" in out and "compiled arch list" in out
+    assert "DRIFT" not in out and "not checked" not in out
+
+
+@pytest.mark.parametrize(
+    ("fault", "stage"), [("hang-collective:rank=1", "all_reduce"), ("hang-init:rank=1", "init")]
+)
+def test_a_rank_that_hangs_is_killed_at_the_deadline_and_named(cpu_image, engine, fault, stage):
+    """The rehearsal's real fault switch blocks rank 1 inside torch.distributed; the probe kills
+    both ranks at the collective timeout and says where each one stood."""
+    from kit.images.manifest import load_manifest
+    from kit.images.verify import compare, run_probe
+
+    manifest = load_manifest(CPU_IMAGE)
+    started = time.monotonic()
+    report, access = run_probe(
+        TAG, name=CPU_IMAGE, flavor="cpu", collective_timeout_s=8, environment={"KIT_FAULT": fault}
+    )
+    assert time.monotonic() - started < 90
+    facts = report["all_reduce"]
+    assert facts["ran"] and not facts["ok"] and facts["timed_out"] and 8 <= facts["seconds"] < 30
+    hung = facts["ranks"][1]
+    assert hung["stage"] == stage and "did not finish in 8 s (killed)" in hung["error"]
+    rows = {r.check: r for r in compare(manifest, report, access=access)}
+    assert rows["all_reduce"].status == "drift"
+    assert rows["all_reduce"].found.startswith("2 ranks (gloo) timed out after 8 s:")
+    assert f"rank 1: stuck in {stage}" in rows["all_reduce"].found
+    assert [c for c, r in rows.items() if r.status != "ok"] == ["all_reduce"]
+    assert not verify_containers(engine)
+
+
+def test_a_gpu_image_on_this_engine_asks_for_gpus_and_reports_the_answer(cpu_image, engine):
+    """The GPU path against the real engine: the ways gpu_access plans are tried on a container
+    start. Without an NVIDIA toolkit the engine refuses, the refusal is the evidence, and the probe
+    still runs, without GPUs. (The image is the CPU one; only the GPU access is under test.)"""
+    from kit.errors import EnvironmentProblem
+    from kit.images.gpu_access import plan
+    from kit.images.inspect import engine_info
+    from kit.images.verify import run_probe
+
+    planned = plan(engine_info())
+    report, access = run_probe(TAG, name=CPU_IMAGE, flavor="cuda", mode="auto", collective_timeout_s=30)
+    assert report["schema"] == 2 and report["kernels"]["ran"]
+    if access.granted:  # a host with the NVIDIA toolkit
+        assert access.how in {p.how for p in planned.plans}
+    else:
+        assert [a.how for a in access.attempts] == [p.how for p in planned.plans]
+        assert all(a.error for a in access.attempts)
+        assert access.why.startswith("no GPU")
+        assert "all_reduce" not in report and report["torch"]["gpus"] == []  # ran with --skip-gpu
+        with pytest.raises(EnvironmentProblem, match="--gpus all: no GPU"):
+            run_probe(TAG, name=CPU_IMAGE, flavor="cuda", mode="all")
+    assert not verify_containers(engine)
 
 
 def test_verify_names_drift_and_exits_1(cpu_image, project, capsys):
@@ -101,3 +168,46 @@ def test_show_reports_the_built_image(cpu_image, capsys):
     shown = json.loads(capsys.readouterr().out)
     assert shown["built"] is True and shown["image"]["labels"]["io.kit.image"] == CPU_IMAGE
     assert shown["label_drift"] == []
+
+
+@pytest.fixture
+def own_cpu_manifest(cpu_image, engine, project):
+    """The CPU image under a tag and manifest name of this test's own, so the containers it looks
+    for (labelled with that name) can only be its own. The tag is removed afterwards; the image
+    keeps its other tags."""
+    name = f"verify-interrupt-{uuid.uuid4().hex[:8]}"
+    source = (project / "images" / f"{CPU_IMAGE}.toml").read_text(encoding="utf-8")
+    (project / "images" / f"{name}.toml").write_text(
+        source.replace(f'name = "{CPU_IMAGE}"', f'name = "{name}"'), encoding="utf-8"
+    )
+    engine.images.get(TAG).tag("kit/sglang", name)
+    yield name
+    engine.images.remove(f"kit/sglang:{name}", noprune=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_verify_removes_the_probe_container(own_cpu_manifest, engine, sig):
+    name = own_cpu_manifest
+    mine = {"label": ["io.kit.managed=verify", f"io.kit.image={name}"]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "image", "verify", name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # started with SIGINT ignored, as under nohup: verify must still be interruptible
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not engine.containers.list(filters={**mine, "status": "running"}):
+            assert time.monotonic() < deadline, "the probe's container never ran"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        os.kill(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip() == "kit: error: interrupted" and "Traceback" not in stdout + stderr
+    assert not engine.containers.list(all=True, filters=mine)

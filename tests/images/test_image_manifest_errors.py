@@ -187,3 +187,14 @@ def test_random_damage_through_the_cli(project, capsys, case):
     assert code in (0, 2), captured.err
     if code == 2:
         assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", [GPU, CPU])
+def test_a_manifest_without_a_py_spy_pin_is_one_line(project, capsys, name):
+    """Every image carries py-spy at a pinned version: stacks of hung ranks depend on it."""
+    path = project / "images" / f"{name}.toml"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(re.sub(r'\s*"py-spy==[^"]+",?', "", text, count=1), encoding="utf-8")
+    assert run_kit(["image", "show", name]) == 2
+    line = one_error_line(capsys)
+    assert f"{path}: extra_pip: no py-spy pin" in line and "name==1.2.3" in line

@@ -138,8 +138,8 @@ def test_the_cu129_image_force_pins_cudnn_after_torch_like_sglangs_own_install()
 
     m = load_manifest("sglang-0.5.10.post1-cu129-sm120", IMAGES)
     assert m.force_pip == ("nvidia-cudnn-cu12==9.16.0.29",)
-    assert build_args(m, torch_from_local_wheel=False)["FORCE_PIP"] == "nvidia-cudnn-cu12==9.16.0.29"
-    cpu_args = build_args(load_manifest("sglang-0.5.23-cpu", IMAGES), torch_from_local_wheel=False)
+    assert build_args(m)["FORCE_PIP"] == "nvidia-cudnn-cu12==9.16.0.29"
+    cpu_args = build_args(load_manifest("sglang-0.5.23-cpu", IMAGES))
     assert cpu_args["FORCE_PIP"] == ""
     cpu = IMAGES / "sglang-0.5.23-cpu.toml"
     text = cpu.read_text().replace("[base]", 'force_pip = ["nvidia-cudnn-cu12"]\n\n[base]', 1)
