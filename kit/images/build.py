@@ -2,7 +2,9 @@
 
 The context is assembled here rather than taken from the checkout, so a build sends a few files
 (and an optional local torch wheel), never the whole repository, and works the same from a wheel
-install. The build itself goes through the docker SDK.
+install. Its layout is the repository's own (CONTEXT_PATHS), so compose.yaml's `build:` can use the
+checkout itself as the context (.dockerignore keeps it to these paths) with the same Dockerfile.
+The build itself goes through the docker SDK.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from kit.errors import InputError, KitError
 from kit.images.manifest import Manifest
 
 _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
+
+# Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
+CA_DIR = "images/ca"
+WHEELS_DIR = "images/wheels"
+INIMAGE_DIR = "kit/images/inimage"
+REHEARSAL_DIR = "kit/rehearsal"
 
 
 @dataclass(frozen=True)
@@ -113,22 +121,22 @@ def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     )
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
-        _add_tree(tar, "inimage", pkg / "images" / "inimage")
-        _add_bytes(tar, "inimage/.keep", b"")
+        _add_tree(tar, INIMAGE_DIR, pkg / "images" / "inimage")
+        _add_bytes(tar, f"{INIMAGE_DIR}/.keep", b"")
         rehearsal = pkg / "rehearsal"
-        _add_tree(tar, "rehearsal/shims", rehearsal / "shims")
-        _add_file(tar, "rehearsal/kit_faults.py", rehearsal / "kit_faults.py")
-        _add_file(tar, "rehearsal/tiny_model.py", rehearsal / "tiny_model.py")
+        _add_tree(tar, f"{REHEARSAL_DIR}/shims", rehearsal / "shims")
+        _add_file(tar, f"{REHEARSAL_DIR}/kit_faults.py", rehearsal / "kit_faults.py")
+        _add_file(tar, f"{REHEARSAL_DIR}/tiny_model.py", rehearsal / "tiny_model.py")
         if options.ca_bundle:
             if not options.ca_bundle.is_file():
                 raise InputError("--ca-bundle", f"no file at {options.ca_bundle}", "give a PEM bundle path")
-            _add_file(tar, "ca/ca-bundle.crt", options.ca_bundle)
+            _add_file(tar, f"{CA_DIR}/ca-bundle.crt", options.ca_bundle)
         else:
-            _add_bytes(tar, "ca/.keep", b"")
+            _add_bytes(tar, f"{CA_DIR}/.keep", b"")
         if wheel:
-            _add_file(tar, f"wheels/{wheel.name}", wheel)
+            _add_file(tar, f"{WHEELS_DIR}/{wheel.name}", wheel)
         else:
-            _add_bytes(tar, "wheels/.keep", b"")
+            _add_bytes(tar, f"{WHEELS_DIR}/.keep", b"")
     return f"local wheel {wheel}" if wheel else f"index {manifest.pins.torch_index or 'PyPI'}"
 
 

@@ -22,7 +22,7 @@ from kit.errors import EnvironmentProblem, InputError, KitError
 from kit.logs import ActivitySample
 from kit.render.docker import run_kwargs
 from kit.runtime.engine import LABEL_MANAGED, LABEL_SESSION, client, image_exists, translated
-from kit.spec import LaunchSpec
+from kit.spec import LaunchSpec, client_host
 
 
 @dataclass
@@ -35,7 +35,7 @@ class RunningServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.host_port}"
+        return f"http://{client_host(self.spec.publish_address)}:{self.host_port}"
 
     @property
     def short_id(self) -> str:
