@@ -16,11 +16,14 @@ from kit.output import console, show
 def smoke(target: str, image: str | None, overrides: tuple[str, ...], no_faults: bool, as_json: bool) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
     repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""
-    from kit.launch import resolve
+    from kit.launch import api_key_from_env, resolve
+    from kit.model import require_model
     from kit.startup import limits_from_spec
     from kit.testing.smoke import run_smoke
 
     spec = resolve(target, image=image, overrides=overrides)
+    require_model(spec)  # a missing model is one line with the fetch command, before any container
+    api_key_from_env(spec, required=bool(spec.api_key_env))
     out = console()
 
     def progress(check) -> None:

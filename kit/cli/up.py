@@ -95,11 +95,15 @@ def up(target, image, overrides, fault, keep, no_first_token, as_json, deadline,
     2 bad input, 3 missing engine or image, 130 interrupted. The container is removed
     afterwards unless --keep.
     """
-    from kit.launch import resolve
+    from kit.launch import api_key_from_env, resolve
+    from kit.model import require_model
+
+    spec = resolve(target, image=image, overrides=overrides)
+    require_model(spec)  # a missing model: one line with the fetch command, before any container
+    api_key_from_env(spec, required=bool(spec.api_key_env))
     from kit.startup import run_up
     from kit.startup.live import LiveView
 
-    spec = resolve(target, image=image, overrides=overrides)
     limits = _limits(spec, deadline, stall)
     _sigterm_as_interrupt()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")

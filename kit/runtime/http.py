@@ -31,8 +31,19 @@ def _fail(endpoint: str, exc: Exception) -> CheckFailed:
     return CheckFailed(f"{endpoint}: {type(exc).__name__}: {exc}")
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    """SGLang's --api-key is a bearer token (an empty key sends nothing)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def chat_first_token(
-    base_url: str, model: str, prompt: str = "Hello", *, max_tokens: int = 8, timeout_s: float = 60.0
+    base_url: str,
+    model: str,
+    prompt: str = "Hello",
+    *,
+    max_tokens: int = 8,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
 ) -> FirstToken:
     """Stream /v1/chat/completions greedily; time to the first content delta."""
     body = {
@@ -42,11 +53,16 @@ def chat_first_token(
         "temperature": 0,
         "stream": True,
     }
-    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta)
+    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta, api_key)
 
 
 def generate_first_token(
-    base_url: str, prompt: str = "Hello", *, max_new_tokens: int = 8, timeout_s: float = 60.0
+    base_url: str,
+    prompt: str = "Hello",
+    *,
+    max_new_tokens: int = 8,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
 ) -> FirstToken:
     """Stream native /generate greedily; its `text` is cumulative."""
     body = {
@@ -54,7 +70,7 @@ def generate_first_token(
         "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
         "stream": True,
     }
-    return _stream("/generate", base_url, body, timeout_s, _generate_text)
+    return _stream("/generate", base_url, body, timeout_s, _generate_text, api_key)
 
 
 def _chat_delta(payload: dict, so_far: str) -> str | None:
@@ -68,14 +84,16 @@ def _generate_text(payload: dict, so_far: str) -> str | None:
     return text if text and text != so_far else None
 
 
-def _stream(endpoint: str, base_url: str, body: dict, timeout_s: float, extract) -> FirstToken:
+def _stream(
+    endpoint: str, base_url: str, body: dict, timeout_s: float, extract, api_key: str | None = None
+) -> FirstToken:
     started = time.monotonic()
     first: float | None = None
     text, chunks = "", 0
     try:
         with (
             httpx.Client(timeout=_timeout(timeout_s)) as http,
-            http.stream("POST", base_url + endpoint, json=body) as response,
+            http.stream("POST", base_url + endpoint, json=body, headers=_auth(api_key)) as response,
         ):
             if response.status_code != 200:
                 response.read()
@@ -101,20 +119,31 @@ def _stream(endpoint: str, base_url: str, body: dict, timeout_s: float, extract)
     return FirstToken(endpoint, first, time.monotonic() - started, text, chunks)
 
 
-def generate_text(base_url: str, prompt: str, *, max_new_tokens: int = 16, timeout_s: float = 60.0) -> str:
+def generate_text(
+    base_url: str,
+    prompt: str,
+    *,
+    max_new_tokens: int = 16,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
+) -> str:
     """Greedy, non-streaming /generate: the completion text (for determinism checks)."""
     body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
     try:
-        response = httpx.post(base_url + "/generate", json=body, timeout=_timeout(timeout_s))
+        response = httpx.post(
+            base_url + "/generate", json=body, timeout=_timeout(timeout_s), headers=_auth(api_key)
+        )
         response.raise_for_status()
         return str(response.json()["text"])
     except (httpx.HTTPError, KeyError, ValueError) as exc:
         raise _fail("/generate", exc) from exc
 
 
-def health(base_url: str, path: str = "/health_generate", *, timeout_s: float = 30.0) -> int:
+def health(
+    base_url: str, path: str = "/health_generate", *, timeout_s: float = 30.0, api_key: str | None = None
+) -> int:
     """The status code of a health endpoint (0 when nothing answers)."""
     try:
-        return httpx.get(base_url + path, timeout=_timeout(timeout_s)).status_code
+        return httpx.get(base_url + path, timeout=_timeout(timeout_s), headers=_auth(api_key)).status_code
     except httpx.HTTPError:
         return 0

@@ -15,6 +15,7 @@ from docker.models.containers import Container
 from kit import paths
 from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.errors import CheckFailed, ExitCode, KitError
+from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -128,7 +129,12 @@ def follow_container(
     result = _result(spec.target, spec.image, container.name, verdict, watcher, now, stacks, spec.device)
     if isinstance(verdict, Ready) and first_token and base_url:
         try:
-            token = chat_first_token(base_url, spec.model_path, timeout_s=limits.deadline_s.first_token)
+            token = chat_first_token(
+                base_url,
+                spec.model_path,
+                timeout_s=limits.deadline_s.first_token,
+                api_key=api_key_from_env(spec),
+            )
             result = _replace(
                 result,
                 first_token_s=round(token.first_token_s, 3),
