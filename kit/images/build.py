@@ -193,3 +193,67 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
     return BuildResult(
         manifest.name, manifest.tag, image_id, time.monotonic() - started, torch_source, log_path, args
     )
+
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+@dataclass
+class BuildSteps:
+    """What a build is doing and for how long, from its output lines (times passed in; pure).
+
+    The engine prints `Step N/M : INSTRUCTION` and then a RUN step's own output, which can stop for
+    minutes (pip resolving, apt unpacking): `status` and `heartbeat` say which step, for how long,
+    and what it printed last, so a terminal and a plain CI log both show the build is alive.
+    """
+
+    started: float
+    step: str = "preparing the build context"
+    step_started: float = 0.0
+    last_line: str = ""
+    last_line_at: float = 0.0
+    last_heartbeat: float = 0.0
+    durations: list[tuple[str, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.step_started = self.last_line_at = self.last_heartbeat = self.started
+
+    def line(self, text: str, now: float) -> list[str]:
+        """Feed one output line; returns the plain-log lines it calls for (a new step, a slow one done)."""
+        text = text.strip()
+        if not text:
+            return []
+        self.last_line, self.last_line_at = text, now
+        match = _STEP.match(text)
+        if not match:
+            return []
+        out = []
+        if self.step.startswith("Step "):  # the step that just ended
+            took = now - self.step_started
+            self.durations.append((self.step, took))
+            if took >= 10:
+                out.append(f"  ({self.step.split(' : ')[0]} took {_duration(took)})")
+        self.step, self.step_started, self.last_heartbeat = text[:120], now, now
+        out.append(self.step)
+        return out
+
+    def status(self, now: float) -> str:
+        """One line for a terminal's spinner: step, time in it, total, the last output."""
+        in_step, in_all = _duration(now - self.step_started), _duration(now - self.started)
+        head = f"{self.step[:70]}  [{in_step} in step, {in_all} in all]"
+        tail = self.last_line if self.last_line != self.step else ""
+        return head + (f"\n  {tail[:100]}" if tail else "")
+
+    def heartbeat(self, now: float, every_s: float = 30.0) -> str | None:
+        """A plain-log line when a step has run `every_s` without a new step line, else None."""
+        if now - self.last_heartbeat < every_s:
+            return None
+        self.last_heartbeat = now
+        quiet = now - self.last_line_at
+        last = f"; last output {_duration(quiet)} ago: {self.last_line[:80]}" if self.last_line else ""
+        return f"  still in {self.step.split(' : ')[0]} after {_duration(now - self.step_started)}{last}"
