@@ -161,3 +161,23 @@ def test_kit_up_qwen_base_without_the_model_exits_2_in_a_fresh_process(tmp_path)
 
 def test_require_model_passes_a_model_inside_the_image():
     require_model(resolve("tiny"))  # generated in the image at build time; verified there (docker test)
+
+
+@pytest.mark.docker
+def test_the_plugin_skips_a_target_whose_model_is_missing_without_starting_it(env, pytester):
+    from kit.launch import resolve as resolve_target
+    from kit.runtime.engine import image_exists
+
+    if not image_exists(resolve_target("fake").image_ref):
+        pytest.skip("the rehearsal image is not built (the plugin checks the image first)")
+    pytester.makepyfile(
+        """
+        def test_uses_the_server(kit_server):
+            raise AssertionError("a container was started")
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--kit-target", "fake", "-p", "no:cacheprovider", "-rs", timeout=120
+    )
+    result.assert_outcomes(skipped=1)
+    assert "run 'kit model fetch fake'" in result.stdout.str()
