@@ -1,7 +1,9 @@
 # The one Dockerfile for every kit image. `kit image build NAME` feeds every ARG below from
 # images/NAME.toml (a unit test checks that each ARG is fed and each fed arg is declared), and
 # sends a small build context the kit assembles: this file, kit/images/inimage/, kit/rehearsal/,
-# an optional CA bundle (ca/) and optional local wheels (wheels/).
+# an optional CA bundle (images/ca/) and optional local wheels (images/wheels/). The paths are the
+# repository's own, so compose.yaml builds from the checkout with the same args (.dockerignore
+# keeps that context to these paths).
 #
 # Flavours: KIT_FLAVOR=cuda is a GPU serving image; KIT_FLAVOR=cpu is the CPU rehearsal image, which
 # alone carries the test-only parts (tiny model, sgl_kernel/torchvision stand-ins, fault switch).
@@ -47,7 +49,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
 
 # System packages (the -dev headers: inductor and triton compile kernels at run time). A CA bundle given to the build (many GPU hosts sit behind TLS-intercepting
 # proxies) is appended to the system trust store, so pip here and hub downloads at run time work.
-COPY ca/ /tmp/kit-ca/
+COPY images/ca/ /tmp/kit-ca/
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
@@ -56,11 +58,11 @@ RUN apt-get update \
  && ${PYTHON} -m venv /opt/venv \
  && python -m pip install "pip==26.3"
 
-# PyTorch first. When the kit found the exact torch wheel (TORCH_WHEEL, in wheels/), it is installed
-# alone from there first (--no-index: no index can swap it), and the index is still offered for the
-# rest: torchvision's +cuXXX builds live only on the torch index. The constraints file keeps later
-# steps from replacing torch or torchvision.
-COPY wheels/ /tmp/kit-wheels/
+# PyTorch first. When the kit found the exact torch wheel (TORCH_WHEEL, in images/wheels/), it is
+# installed alone from there first (--no-index: no index can swap it), and the index is still offered
+# for the rest: torchvision's +cuXXX builds live only on the torch index. The constraints file keeps
+# later steps from replacing torch or torchvision.
+COPY images/wheels/ /tmp/kit-wheels/
 # hadolint ignore=SC3054,DL3013
 RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
  && tv=(); if [ -n "${TORCHVISION_VERSION}" ]; then tv=("torchvision==${TORCHVISION_VERSION}"); fi \
@@ -87,8 +89,8 @@ RUN export PIP_CONSTRAINT=/opt/venv/kit-constraints.txt \
     fi
 
 # The kit's in-image tools: the verify script, and (CPU rehearsal only) the test-only parts.
-COPY inimage/ /opt/kit/
-COPY rehearsal/ /tmp/kit-rehearsal/
+COPY kit/images/inimage/ /opt/kit/
+COPY kit/rehearsal/ /tmp/kit-rehearsal/
 RUN if [ "${KIT_FLAVOR}" = cpu ]; then \
       site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
    && mkdir -p /opt/kit/rehearsal \

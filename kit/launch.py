@@ -125,6 +125,22 @@ def resolve_full(
     container = profile.container
     notes = [f"override: {item}" for item in overrides]
     notes += translation.notes
+    args, env = list(translation.args), dict(translation.env)
+    hf_repo = model.facts.hf_id if model.facts.path == model.facts.hf_id else None
+    if hf_repo and model.facts.revision:
+        # The pinned commit, so SGLang loads what `kit model fetch` verified. --revision is the same
+        # flag in every release the kit speaks (0.5.9 .. 0.5.23), so it needs no dialect entry.
+        flag = dialect.flag("model_path")
+        name = flag.flag if flag else "--model-path"
+        at = args.index(name) + 2 if name in args else len(args)
+        args[at:at] = ["--revision", model.facts.revision]
+    if hf_repo:
+        # The weights come from the mounted cache, fetched and verified before launch: a missing
+        # shard fails at once instead of a silent 234 GB download inside the container.
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    pass_env = container.pass_env
+    if container.api_key_env and container.api_key_env not in pass_env:
+        pass_env = (*pass_env, container.api_key_env)
     spec = LaunchSpec(
         target=target,
         model=model_name,
@@ -135,13 +151,17 @@ def resolve_full(
         device=device,
         gpus=gpus,
         ranks=profile.tp,
-        argv=(*SERVER_MODULE, *translation.args),
-        env=translation.env,
-        pass_env=container.pass_env,
+        argv=(*SERVER_MODULE, *args),
+        env=env,
+        pass_env=pass_env,
         port=container.port,
         model_path=model.facts.path,
         # '~' is the invoking user's home: the docker SDK needs an absolute host path.
         hf_cache=os.path.expanduser(container.hf_cache) if container.hf_cache else None,
+        hf_repo=hf_repo,
+        hf_revision=model.facts.revision if hf_repo else None,
+        publish_address=container.publish_address,
+        api_key_env=container.api_key_env,
         ipc_host=container.ipc_host,
         shm_size=container.shm_size,
         ulimits=dict(container.ulimits),
@@ -166,6 +186,23 @@ def resolve_full(
         translation=translation,
         overrides=tuple(overrides),
     )
+
+
+def api_key_from_env(spec: LaunchSpec, *, required: bool = False) -> str | None:
+    """The server's API key from the caller's environment (by the spec's variable name), or None.
+
+    required=True: an API key variable that is named but empty or unset is an InputError.
+    """
+    if not spec.api_key_env:
+        return None
+    value = os.environ.get(spec.api_key_env) or None
+    if required and value is None:
+        raise InputError(
+            "container.api_key_env",
+            f"{spec.api_key_env} is not set, and {spec.target} needs its API key from it",
+            f"export {spec.api_key_env}=<a long random key>, e.g. $(openssl rand -hex 32)",
+        )
+    return value
 
 
 def resolve(target: str, *, image: str | None = None, overrides: Sequence[str] = ()) -> LaunchSpec:

@@ -7,9 +7,12 @@ read from the caller's environment at run time and never written anywhere.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from kit.errors import InputError
 
 PHASES = ("init", "load", "memory", "capture", "warmup")
 DEADLINE_KEYS = (*PHASES, "first_token")
@@ -53,6 +56,14 @@ class LaunchSpec(BaseModel):
     model_path: str
     hf_cache: str | None = None
     """Host folder or named volume mounted at CONTAINER_HF_CACHE; None mounts nothing."""
+    hf_repo: str | None = None
+    """The hub repository the model is fetched from into hf_cache; None: the model is inside the image."""
+    hf_revision: str | None = None
+    """The pinned hub commit of hf_repo (what `kit model fetch` downloads and SGLang loads)."""
+    publish_address: str = "127.0.0.1"
+    """Host address the port is published on; beyond loopback only with an API key."""
+    api_key_env: str | None = None
+    """Name of the variable holding the server's API key; the value is read at run time, never stored."""
     ipc_host: bool = False
     shm_size: str | None = None
     ulimits: dict[str, int] = {}
@@ -62,3 +73,27 @@ class LaunchSpec(BaseModel):
     health_path: str = "/health_generate"
     notes: tuple[str, ...] = ()
     """Facts about how this spec was made that a person should see (renames applied, emulation)."""
+
+
+def is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
+def client_host(address: str) -> str:
+    """Where a client on this machine reaches a port published on `address` (URL host form)."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback or ip.is_unspecified:
+        return "127.0.0.1" if ip.version == 4 or ip.is_unspecified else "[::1]"
+    return f"[{address}]" if ip.version == 6 else address
+
+
+def check_exposure(spec: LaunchSpec) -> None:
+    """Refuse a server published beyond this machine without an API key (InputError naming the fix)."""
+    if spec.api_key_env or is_loopback(spec.publish_address):
+        return
+    raise InputError(
+        "container.publish_address",
+        f"{spec.publish_address} publishes {spec.target} beyond this machine without an API key",
+        "name the variable that holds the key: --set container.api_key_env=KIT_API_KEY "
+        "(and export KIT_API_KEY), or publish on 127.0.0.1",
+    )

@@ -6,6 +6,7 @@ flag. A dialect (kit/dialects/) turns intent into the flags and env of one SGLan
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
@@ -30,6 +31,10 @@ class ModelFacts(_Strict):
     """The Hugging Face repository, e.g. Qwen/Qwen3.5-122B-A10B (None for a local-only model)."""
     path: str
     """What --model-path gets: the HF id (downloaded into the HF cache) or a folder in the image."""
+    revision: str | None = None
+    """The hub commit (40 hex digits) `kit model fetch` downloads and SGLang loads (--revision)."""
+    hf_files: tuple[str, ...] = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken")
+    """Patterns of the repository files a launch needs: config, tokenizer, weights (no README, no GGUF)."""
     architecture: str
     """config.json architectures[0]; SGLang's model-specific rules key on it."""
     model_type: str
@@ -58,6 +63,13 @@ class ModelFacts(_Strict):
     """The model's config.json, beside this file; `kit check` hands it to SGLang's parser."""
     sources: dict[str, str] = {}
     """fact -> where it was read, or 'estimate: ...' with the reasoning."""
+
+    @field_validator("revision")
+    @classmethod
+    def _commit(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{40}", value):
+            raise ValueError("a commit hash of 40 hex digits (a branch name moves; a commit does not)")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelFacts:
@@ -89,7 +101,31 @@ class Container(_Strict):
     hf_cache: str | None = None
     """Host folder mounted as the container's HF cache ('~' is the invoking user's home)."""
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
+    publish_address: str = "127.0.0.1"
+    """Host address the server port is published on. Anything but loopback needs api_key_env."""
+    api_key_env: str | None = None
+    """Name of the variable that holds the server's API key (SGLang --api-key); never the key itself."""
     pass_env: tuple[str, ...] = ("HF_TOKEN",)
+
+    @field_validator("publish_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(
+                "an IP address such as 127.0.0.1 (this machine) or 0.0.0.0 (every interface)"
+            ) from None
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV.match(value):
+            raise ValueError(
+                f"'{value}' is not an environment variable name (give the NAME of a variable holding the key)"
+            )
+        return value
 
     @field_validator("shm_size")
     @classmethod

@@ -17,6 +17,7 @@ from kit.output import err_console
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
 _COMMAND_MODULES = (
     "kit.cli.up",
+    "kit.cli.model",
     "kit.cli.image",
     "kit.cli.catalog",
     "kit.cli.watch",

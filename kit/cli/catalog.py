@@ -100,10 +100,19 @@ def validate(target: str, image: str | None, overrides: tuple[str, ...], as_json
 def _validate_human(report: Any, out: Console) -> None:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = len(report.findings) - errors
+    from kit.dialects import load_dialect
+
     verdict = "[bold green]VALID[/]" if report.ok else "[bold red]INVALID[/]"
     out.print(
         f"{verdict} {report.target} on {report.image} (dialect {report.dialect}): "
         f"{errors} error(s), {warnings} warning(s) in {report.seconds * 1000:.0f} ms"
+    )
+    # A dialect is named after the first release of a range that speaks alike (flags, log lines).
+    out.print(
+        f"dialect {report.dialect}: the flags and log lines of SGLang {load_dialect(report.dialect).sglang}",
+        style="dim",
+        markup=False,
+        highlight=False,
     )
     if report.memory:
         fit = report.memory
@@ -257,13 +266,27 @@ def render_docker(
 
 @render.command("compose")
 @target_options(many=True)
-def render_compose(targets: tuple[str, ...], image: str | None, overrides: tuple[str, ...]) -> None:
-    """A Compose file with a service per TARGET (default: every catalog target, i.e. compose.yaml)."""
+@click.option(
+    "--build-context",
+    default=".",
+    show_default=True,
+    metavar="PATH",
+    help="The repository root as the file will see it (build: context), for a file kept elsewhere.",
+)
+def render_compose(
+    targets: tuple[str, ...], image: str | None, overrides: tuple[str, ...], build_context: str
+) -> None:
+    """A Compose file with a service per TARGET (default: every catalog target, i.e. compose.yaml).
+
+    Each service builds its pinned image from the Dockerfile when missing and never pulls it.
+    Publishing beyond 127.0.0.1 (--set container.publish_address=0.0.0.0) needs an API key variable
+    (--set container.api_key_env=KIT_API_KEY); without one this exits 2.
+    """
     from kit.launch import list_targets
     from kit.render.compose import render_compose
 
     names = targets or tuple(list_targets())
-    _print(render_compose([_spec(name, image, overrides) for name in names]))
+    _print(render_compose([_spec(name, image, overrides) for name in names], context=build_context))
 
 
 @render.command("systemd")

@@ -67,12 +67,23 @@ def build(
 
 
 class _BuildProgress:
-    """A spinner with the current build step on a terminal; plain step lines elsewhere (CI logs)."""
+    """Which step, for how long, and its last output: a live status on a terminal (ticking every
+    second even while a RUN step prints nothing); step lines, slow-step times and a heartbeat every
+    30 s in plain logs (CI)."""
 
     def __init__(self, tag: str):
+        import threading
+        import time
+
+        from kit.images.build import BuildSteps
+
         self.tag = tag
         self.tty = sys.stderr.isatty()
-        self.step = ""
+        self._clock = time.monotonic
+        self.steps = BuildSteps(started=self._clock())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="kit-build-progress", daemon=True)
         self._status = err_console().status(f"building {tag}") if self.tty else None
 
     def __enter__(self):
@@ -80,20 +91,33 @@ class _BuildProgress:
             self._status.__enter__()
         else:
             err_console().print(f"building {self.tag}", markup=False)
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        self._ticker.join(timeout=2)
         if self._status:
             self._status.__exit__(*exc)
 
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                now = self._clock()
+                if self._status:
+                    self._status.update(f"building {self.tag}  {self.steps.status(now)}")
+                elif beat := self.steps.heartbeat(now):
+                    err_console().print(beat, markup=False, highlight=False)
+
     def line(self, text: str) -> None:
-        text = text.strip()
-        if text.startswith("Step "):
-            self.step = text[:120]
-            if not self._status:
-                err_console().print(self.step, markup=False)
-        if self._status:
-            self._status.update(f"building {self.tag}  {self.step}\n  {text[:100]}")
+        with self._lock:
+            now = self._clock()
+            printed = self.steps.line(text, now)
+            if self._status:
+                self._status.update(f"building {self.tag}  {self.steps.status(now)}")
+            else:
+                for line in printed:
+                    err_console().print(line, markup=False, highlight=False)
 
 
 @image.command("bases", hidden=True)
@@ -165,6 +189,10 @@ def _human_show(result, out) -> None:
 
     out.print(f"[bold]{result.tag}[/]  {result.description}")
     out.print(f"flavor {result.flavor}, dialect {result.dialect}, base {result.base_image}, {result.python}")
+    from kit.dialects import load_dialect
+
+    covers = load_dialect(result.dialect).sglang
+    out.print(f"  (dialect {result.dialect}: the flags and log lines of SGLang {covers})", style="dim")
     table = Table(show_header=False, show_edge=False, pad_edge=False)
     table.add_column("pin", style="bold")
     table.add_column("value")

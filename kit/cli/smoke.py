@@ -25,11 +25,15 @@ def smoke(
 ) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
     repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""
+    from kit.launch import api_key_from_env
+    from kit.model import require_model
     from kit.startup import limits_from_spec
     from kit.startup.prepare import prepare_launch
     from kit.testing.smoke import run_smoke
 
     spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
+    require_model(spec)  # a missing model is one line with the fetch command, before any container
+    api_key_from_env(spec, required=bool(spec.api_key_env))
     out = console()
 
     def progress(check) -> None:

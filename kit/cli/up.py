@@ -107,11 +107,15 @@ def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_js
     2 bad input, 3 missing engine or image, 130 interrupted. The container is removed
     afterwards unless --keep.
     """
+    from kit.launch import api_key_from_env
+    from kit.model import require_model
     from kit.startup import run_up
     from kit.startup.live import LiveView
     from kit.startup.prepare import prepare_launch
 
     spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
+    require_model(spec)  # a missing model: one line with the fetch command, before any container
+    api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
     _interruptible()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")

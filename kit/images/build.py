@@ -2,7 +2,9 @@
 
 The context is assembled here rather than taken from the checkout, so a build sends a few files
 (and an optional local torch wheel), never the whole repository, and works the same from a wheel
-install. The build itself goes through the docker SDK.
+install. Its layout is the repository's own (CONTEXT_PATHS), so compose.yaml's `build:` can use the
+checkout itself as the context (.dockerignore keeps it to these paths) with the same Dockerfile.
+The build itself goes through the docker SDK.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from kit.errors import InputError, KitError
 from kit.images.manifest import Manifest
 
 _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
+
+# Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
+CA_DIR = "images/ca"
+WHEELS_DIR = "images/wheels"
+INIMAGE_DIR = "kit/images/inimage"
+REHEARSAL_DIR = "kit/rehearsal"
 
 
 @dataclass(frozen=True)
@@ -123,22 +131,22 @@ def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     wheel = local_torch_wheel(manifest, options)
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
-        _add_tree(tar, "inimage", pkg / "images" / "inimage")
-        _add_bytes(tar, "inimage/.keep", b"")
+        _add_tree(tar, INIMAGE_DIR, pkg / "images" / "inimage")
+        _add_bytes(tar, f"{INIMAGE_DIR}/.keep", b"")
         rehearsal = pkg / "rehearsal"
-        _add_tree(tar, "rehearsal/shims", rehearsal / "shims")
-        _add_file(tar, "rehearsal/kit_faults.py", rehearsal / "kit_faults.py")
-        _add_file(tar, "rehearsal/tiny_model.py", rehearsal / "tiny_model.py")
+        _add_tree(tar, f"{REHEARSAL_DIR}/shims", rehearsal / "shims")
+        _add_file(tar, f"{REHEARSAL_DIR}/kit_faults.py", rehearsal / "kit_faults.py")
+        _add_file(tar, f"{REHEARSAL_DIR}/tiny_model.py", rehearsal / "tiny_model.py")
         if options.ca_bundle:
             if not options.ca_bundle.is_file():
                 raise InputError("--ca-bundle", f"no file at {options.ca_bundle}", "give a PEM bundle path")
-            _add_file(tar, "ca/ca-bundle.crt", options.ca_bundle)
+            _add_file(tar, f"{CA_DIR}/ca-bundle.crt", options.ca_bundle)
         else:
-            _add_bytes(tar, "ca/.keep", b"")
+            _add_bytes(tar, f"{CA_DIR}/.keep", b"")
         if wheel:
-            _add_file(tar, f"wheels/{wheel.name}", wheel)
+            _add_file(tar, f"{WHEELS_DIR}/{wheel.name}", wheel)
         else:
-            _add_bytes(tar, "wheels/.keep", b"")
+            _add_bytes(tar, f"{WHEELS_DIR}/.keep", b"")
     return f"local wheel {wheel}" if wheel else f"index {manifest.pins.torch_index or 'PyPI'}"
 
 
@@ -196,3 +204,67 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
     return BuildResult(
         manifest.name, manifest.tag, image_id, time.monotonic() - started, torch_source, log_path, args
     )
+
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+@dataclass
+class BuildSteps:
+    """What a build is doing and for how long, from its output lines (times passed in; pure).
+
+    The engine prints `Step N/M : INSTRUCTION` and then a RUN step's own output, which can stop for
+    minutes (pip resolving, apt unpacking): `status` and `heartbeat` say which step, for how long,
+    and what it printed last, so a terminal and a plain CI log both show the build is alive.
+    """
+
+    started: float
+    step: str = "preparing the build context"
+    step_started: float = 0.0
+    last_line: str = ""
+    last_line_at: float = 0.0
+    last_heartbeat: float = 0.0
+    durations: list[tuple[str, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.step_started = self.last_line_at = self.last_heartbeat = self.started
+
+    def line(self, text: str, now: float) -> list[str]:
+        """Feed one output line; returns the plain-log lines it calls for (a new step, a slow one done)."""
+        text = text.strip()
+        if not text:
+            return []
+        self.last_line, self.last_line_at = text, now
+        match = _STEP.match(text)
+        if not match:
+            return []
+        out = []
+        if self.step.startswith("Step "):  # the step that just ended
+            took = now - self.step_started
+            self.durations.append((self.step, took))
+            if took >= 10:
+                out.append(f"  ({self.step.split(' : ')[0]} took {_duration(took)})")
+        self.step, self.step_started, self.last_heartbeat = text[:120], now, now
+        out.append(self.step)
+        return out
+
+    def status(self, now: float) -> str:
+        """One line for a terminal's spinner: step, time in it, total, the last output."""
+        in_step, in_all = _duration(now - self.step_started), _duration(now - self.started)
+        head = f"{self.step[:70]}  [{in_step} in step, {in_all} in all]"
+        tail = self.last_line if self.last_line != self.step else ""
+        return head + (f"\n  {tail[:100]}" if tail else "")
+
+    def heartbeat(self, now: float, every_s: float = 30.0) -> str | None:
+        """A plain-log line when a step has run `every_s` without a new step line, else None."""
+        if now - self.last_heartbeat < every_s:
+            return None
+        self.last_heartbeat = now
+        quiet = now - self.last_line_at
+        last = f"; last output {_duration(quiet)} ago: {self.last_line[:80]}" if self.last_line else ""
+        return f"  still in {self.step.split(' : ')[0]} after {_duration(now - self.step_started)}{last}"

@@ -5,6 +5,9 @@ one node; the leader's address and each pod's index come from the variables LWS 
 (LWS_LEADER_ADDRESS, LWS_WORKER_INDEX), which Kubernetes expands in args as $(NAME). For multi-node,
 TP spans the nodes: `kit render lws qwen-base --set tp=8 --set nnodes=2` (validate checks that TP =
 GPUs x nodes).
+
+A Service makes the server reachable cluster-wide, so this rendering always passes an API key:
+SGLang's --api-key gets $(NAME), NAME coming from a Kubernetes Secret (never from this file).
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ from kit.spec import CONTAINER_HF_CACHE, LaunchSpec
 
 DIST_PORT = 20000
 HF_SECRET = "hf-token"
+API_KEY_SECRET = "kit-api-key"
+DEFAULT_API_KEY_ENV = "KIT_API_KEY"
+
+
+def api_key_env(spec: LaunchSpec) -> str:
+    return spec.api_key_env or DEFAULT_API_KEY_ENV
 
 
 def nodes_of(spec: LaunchSpec) -> int:
@@ -41,14 +50,20 @@ def _server_args(spec: LaunchSpec, nodes: int) -> list[str]:
             flag("dist_init_addr").flag if flag("dist_init_addr") else "--dist-init-addr",
             f"$(LWS_LEADER_ADDRESS):{DIST_PORT}",
         ]
-    return args
+    # Kubernetes expands $(NAME) from the container's env (the Secret below) when the pod starts.
+    return [*args, "--api-key", f"$({api_key_env(spec)})"]
 
 
 def _container(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
     env = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    key_env = api_key_env(spec)
     for key in spec.pass_env:
+        if key == key_env:
+            continue
         secret = {"name": HF_SECRET if key == "HF_TOKEN" else key.lower().replace("_", "-"), "key": "token"}
         env.append({"name": key, "valueFrom": {"secretKeyRef": {**secret, "optional": True}}})
+    # Not optional: without the Secret the pod does not start, rather than serving without a key.
+    env.append({"name": key_env, "valueFrom": {"secretKeyRef": {"name": API_KEY_SECRET, "key": "key"}}})
     container: dict[str, Any] = {
         "name": "sglang",
         "image": spec.image_ref,
@@ -125,11 +140,20 @@ def lws_manifests(spec: LaunchSpec, *, nodes: int | None = None) -> list[dict[st
 
 def render_lws(spec: LaunchSpec, *, nodes: int | None = None) -> str:
     docs = lws_manifests(spec, nodes=nodes)
-    header = [f"# {spec.target} on {spec.image_ref} (SGLang dialect {spec.dialect}), from `kit render lws`"]
+    from kit.render.sglang import dialect_line
+
+    header = [f"# {spec.target} on {spec.image_ref}, from `kit render lws`", f"# {dialect_line(spec)}"]
     header += [f"# {note}" for note in spec.notes]
     header += [
+        f"# API key (required): kubectl create secret generic {API_KEY_SECRET} "
+        "--from-literal=key=$(openssl rand -hex 32)",
         f"# HF_TOKEN: kubectl create secret generic {HF_SECRET} --from-literal=token=...",
         "# memlock/stack ulimits cannot be set per pod: the node's container runtime must allow them.",
     ]
+    if spec.hf_repo:
+        header.append(
+            f"# Weights: each node's {spec.hf_cache} holds {spec.hf_repo} (kit model fetch {spec.target} "
+            "there); HF_HUB_OFFLINE=1 keeps pods from downloading."
+        )
     body = "---\n".join(dump(doc) for doc in docs)
     return "\n".join(header) + "\n" + body

@@ -21,6 +21,17 @@ def launch_command(spec: LaunchSpec) -> dict[str, Any]:
     }
 
 
+def dialect_line(spec: LaunchSpec) -> str:
+    """Why a dialect name differs from the image's SGLang version: a dialect covers a range."""
+    from kit.dialects import load_dialect
+
+    covers = load_dialect(spec.dialect).sglang
+    return (
+        f"SGLang dialect {spec.dialect}: the flags and log lines of SGLang {covers} "
+        f"(the releases that speak alike; image {spec.image})"
+    )
+
+
 def shell_lines(spec: LaunchSpec) -> list[str]:
     """`VAR=value ... python -m sglang.launch_server` with one flag (and its value) per line."""
     lines = [f"{key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())]
@@ -41,8 +52,10 @@ def shell_lines(spec: LaunchSpec) -> list[str]:
 
 def render_sglang(spec: LaunchSpec) -> str:
     """A shell command a person can read, and run where the image's SGLang is installed."""
-    header = [f"# {spec.target} on {spec.image} (SGLang dialect {spec.dialect})"]
+    header = [f"# {spec.target} on {spec.image}", f"# {dialect_line(spec)}"]
     header += [f"# {note}" for note in spec.notes]
     if spec.pass_env:
         header.append(f"# from your environment: {', '.join(spec.pass_env)}")
+    if spec.api_key_env:
+        header.append(f'# add: --api-key "${spec.api_key_env}" (the key stays in your environment)')
     return "\n".join([*header, " \\\n".join(shell_lines(spec))]) + "\n"

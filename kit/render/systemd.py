@@ -1,7 +1,8 @@
 """LaunchSpec -> a systemd unit that runs the server container (the failing deployment used systemd).
 
 The container is the one `kit render docker` prints, run in the foreground so systemd sees it stop;
-HF_TOKEN comes from an optional EnvironmentFile, never from the unit.
+HF_TOKEN (and the API key of a server published beyond loopback) come from an optional
+EnvironmentFile, never from the unit.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ def render_systemd(spec: LaunchSpec, *, docker: str = "/usr/bin/docker", env_fil
     env_file = env_file or f"/etc/kit/{spec.target}.env"
     # systemd must not kill a start-up that is still inside the profile's deadlines.
     start_budget = int(sum(spec.timing.deadlines[phase] for phase in PHASES))
+    from kit.render.sglang import dialect_line
+
+    secrets = [key for key in spec.pass_env if key != spec.api_key_env]
+    put = " and ".join(f"{key}=..." for key in [*secrets, *([spec.api_key_env] if spec.api_key_env else [])])
     lines = [
         f"# {name}.service, from `kit render systemd`: {spec.target} on {spec.image_ref}",
-        f"# SGLang dialect {spec.dialect}",
+        f"# {dialect_line(spec)}",
         *(f"# {note}" for note in spec.notes),
-        f"# Install: copy to /etc/systemd/system/{name}.service; put HF_TOKEN=... in {env_file} (mode 600).",
+        f"# Install: copy to /etc/systemd/system/{name}.service"
+        + (f"; put {put} in {env_file} (mode 600)." if put else "."),
         "[Unit]",
         f"Description=SGLang {spec.target} ({spec.model}, profile {spec.profile}) in Docker",
         "After=docker.service network-online.target",

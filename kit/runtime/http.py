@@ -33,6 +33,11 @@ def _fail(endpoint: str, exc: Exception) -> CheckFailed:
     return CheckFailed(f"{endpoint}: {type(exc).__name__}: {exc}")
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    """SGLang's --api-key is a bearer token (an empty key sends nothing)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def chat_first_token(
     base_url: str,
     model: str,
@@ -41,6 +46,7 @@ def chat_first_token(
     max_tokens: int = 8,
     timeout_s: float = 60.0,
     transport: httpx.BaseTransport | None = None,
+    api_key: str | None = None,
 ) -> FirstToken:
     """Stream /v1/chat/completions greedily; time to the first token, in `content` or, with a
     reasoning parser, in `reasoning_content` (a thinking model's first tokens are reasoning)."""
@@ -51,7 +57,7 @@ def chat_first_token(
         "temperature": 0,
         "stream": True,
     }
-    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta, transport)
+    return _stream("/v1/chat/completions", base_url, body, timeout_s, _chat_delta, transport, api_key)
 
 
 def generate_first_token(
@@ -61,6 +67,7 @@ def generate_first_token(
     max_new_tokens: int = 8,
     timeout_s: float = 60.0,
     transport: httpx.BaseTransport | None = None,
+    api_key: str | None = None,
 ) -> FirstToken:
     """Stream native /generate greedily; its `text` is cumulative."""
     body = {
@@ -68,7 +75,7 @@ def generate_first_token(
         "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
         "stream": True,
     }
-    return _stream("/generate", base_url, body, timeout_s, _generate_text, transport)
+    return _stream("/generate", base_url, body, timeout_s, _generate_text, transport, api_key)
 
 
 # An extractor turns one streamed JSON chunk into {field: new text} (empty: no token in it).
@@ -93,6 +100,7 @@ def _stream(
     timeout_s: float,
     extract,
     transport: httpx.BaseTransport | None = None,
+    api_key: str | None = None,
 ) -> FirstToken:
     started = time.monotonic()
     first: float | None = None
@@ -102,7 +110,7 @@ def _stream(
     try:
         with (
             httpx.Client(timeout=_timeout(timeout_s), transport=transport) as http,
-            http.stream("POST", base_url + endpoint, json=body) as response,
+            http.stream("POST", base_url + endpoint, json=body, headers=_auth(api_key)) as response,
         ):
             if response.status_code != 200:
                 response.read()
@@ -131,20 +139,31 @@ def _stream(
     )
 
 
-def generate_text(base_url: str, prompt: str, *, max_new_tokens: int = 16, timeout_s: float = 60.0) -> str:
+def generate_text(
+    base_url: str,
+    prompt: str,
+    *,
+    max_new_tokens: int = 16,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
+) -> str:
     """Greedy, non-streaming /generate: the completion text (for determinism checks)."""
     body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
     try:
-        response = httpx.post(base_url + "/generate", json=body, timeout=_timeout(timeout_s))
+        response = httpx.post(
+            base_url + "/generate", json=body, timeout=_timeout(timeout_s), headers=_auth(api_key)
+        )
         response.raise_for_status()
         return str(response.json()["text"])
     except (httpx.HTTPError, KeyError, ValueError) as exc:
         raise _fail("/generate", exc) from exc
 
 
-def health(base_url: str, path: str = "/health_generate", *, timeout_s: float = 30.0) -> int:
+def health(
+    base_url: str, path: str = "/health_generate", *, timeout_s: float = 30.0, api_key: str | None = None
+) -> int:
     """The status code of a health endpoint (0 when nothing answers)."""
     try:
-        return httpx.get(base_url + path, timeout=_timeout(timeout_s)).status_code
+        return httpx.get(base_url + path, timeout=_timeout(timeout_s), headers=_auth(api_key)).status_code
     except httpx.HTTPError:
         return 0

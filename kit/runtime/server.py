@@ -17,7 +17,7 @@ from docker.models.containers import Container
 from kit.errors import EnvironmentProblem, InputError, KitError
 from kit.render.docker import run_kwargs
 from kit.runtime.engine import LABEL_MANAGED, LABEL_SESSION, client, image_exists, translated
-from kit.spec import LaunchSpec
+from kit.spec import LaunchSpec, client_host
 
 
 @dataclass
@@ -30,7 +30,7 @@ class RunningServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.host_port}"
+        return f"http://{client_host(self.spec.publish_address)}:{self.host_port}"
 
     @property
     def short_id(self) -> str:

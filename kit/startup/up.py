@@ -14,6 +14,7 @@ from docker.models.containers import Container
 from kit import paths
 from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.errors import CheckFailed, ExitCode, KitError
+from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -139,6 +140,7 @@ def follow_source(
                 spec.model_path,
                 timeout_s=limits.deadline_s.first_token,
                 transport=source.http_transport(),
+                api_key=api_key_from_env(spec),
             )
             result = _replace(
                 result,

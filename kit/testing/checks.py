@@ -1,5 +1,6 @@
 """The smoke checks, as functions over a started server: the pytest suite asserts them, `kit smoke`
-prints them. Each returns a CheckResult; none raises for a failed check."""
+prints them. Each returns a CheckResult; none raises for a failed check. A server with an API key
+(container.api_key_env) gets it on every request, read from the caller's environment by name."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 
 from kit.errors import CheckFailed
+from kit.launch import api_key_from_env
 from kit.logs import PhaseLimits
 from kit.runtime import http
 from kit.spec import LaunchSpec
@@ -52,7 +54,9 @@ def first_token_chat(base_url: str, spec: LaunchSpec) -> CheckResult:
     limit = spec.timing.deadlines["first_token"]
     return _first_token(
         "first token /v1/chat/completions",
-        lambda: http.chat_first_token(base_url, spec.model_path, timeout_s=limit),
+        lambda: http.chat_first_token(
+            base_url, spec.model_path, timeout_s=limit, api_key=api_key_from_env(spec)
+        ),
         limit,
     )
 
@@ -60,12 +64,14 @@ def first_token_chat(base_url: str, spec: LaunchSpec) -> CheckResult:
 def first_token_generate(base_url: str, spec: LaunchSpec) -> CheckResult:
     limit = spec.timing.deadlines["first_token"]
     return _first_token(
-        "first token /generate", lambda: http.generate_first_token(base_url, timeout_s=limit), limit
+        "first token /generate",
+        lambda: http.generate_first_token(base_url, timeout_s=limit, api_key=api_key_from_env(spec)),
+        limit,
     )
 
 
 def health_generate(base_url: str, spec: LaunchSpec) -> CheckResult:
-    status = http.health(base_url, spec.health_path)
+    status = http.health(base_url, spec.health_path, api_key=api_key_from_env(spec))
     return CheckResult(f"health {spec.health_path}", status == 200, f"HTTP {status or 'no answer'}")
 
 
@@ -81,8 +87,9 @@ def greedy_repeatable(
     limit = spec.timing.deadlines["first_token"]
     tokens = 16 if spec.device == "cpu" else 1
     try:
-        first = http.generate_text(base_url, prompt, max_new_tokens=tokens, timeout_s=limit)
-        second = http.generate_text(base_url, prompt, max_new_tokens=tokens, timeout_s=limit)
+        key = api_key_from_env(spec)
+        first = http.generate_text(base_url, prompt, max_new_tokens=tokens, timeout_s=limit, api_key=key)
+        second = http.generate_text(base_url, prompt, max_new_tokens=tokens, timeout_s=limit, api_key=key)
     except CheckFailed as exc:
         return CheckResult("greedy answers repeat", False, exc.one_line())
     return CheckResult(

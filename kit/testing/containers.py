@@ -13,7 +13,7 @@ from kit.logs import PhaseLimits
 from kit.render.docker import run_kwargs
 from kit.runtime import server as runtime
 from kit.runtime.engine import LABEL_SESSION
-from kit.spec import LaunchSpec
+from kit.spec import LaunchSpec, client_host
 from kit.startup.result import UpResult, verdict_lines
 from kit.startup.up import follow_container
 
@@ -50,9 +50,9 @@ class KitStartupWaitStrategy(WaitStrategy):
 
 
 def server_url(wrapped, spec: LaunchSpec) -> str:
-    """The server's URL on 127.0.0.1, where the kit publishes it. Not testcontainers' host name:
-    'localhost' can resolve to ::1 first, where nothing listens."""
-    return f"http://127.0.0.1:{runtime.published_port(wrapped, spec.port)}"
+    """The server's URL on 127.0.0.1 (or the address it is published on). Not testcontainers' host
+    name: 'localhost' can resolve to ::1 first, where nothing listens."""
+    return f"http://{client_host(spec.publish_address)}:{runtime.published_port(wrapped, spec.port)}"
 
 
 def kit_container(spec: LaunchSpec, *, session: str, fault: str | None = None) -> DockerContainer:
@@ -67,7 +67,7 @@ def kit_container(spec: LaunchSpec, *, session: str, fault: str | None = None) -
     container = DockerContainer(kwargs.pop("image"), command=kwargs.pop("command"), name=kwargs.pop("name"))
     container.with_envs(**kwargs.pop("environment"))
     for port, binding in kwargs.pop("ports").items():
-        # 127.0.0.1 only: testcontainers' with_bind_ports would publish on every interface.
+        # spec.publish_address only: testcontainers' with_bind_ports would publish on every interface.
         container.ports[port] = binding
     for host, mount in kwargs.pop("volumes", {}).items():
         container.with_volume_mapping(host, mount["bind"], mount["mode"])

@@ -132,6 +132,7 @@ class KitServer:
 
 def _resolve(config: pytest.Config, target: str | None):
     from kit.errors import InputError
+    from kit.model import require_model
     from kit.runtime.engine import image_exists
     from kit.startup import limits_from_spec, parse_limit_overrides
     from kit.startup.prepare import prepare_launch
@@ -153,6 +154,10 @@ def _resolve(config: pytest.Config, target: str | None):
     )
     if not image_exists(spec.image_ref):
         pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    try:
+        require_model(spec)  # no container for a model that is not (all) there
+    except InputError as exc:
+        pytest.skip(exc.one_line())
     return spec, limits
 
 

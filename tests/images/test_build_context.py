@@ -34,12 +34,13 @@ def context_names(options: BuildOptions) -> tuple[list[str], str]:
 def test_the_context_holds_only_what_the_dockerfile_copies(tmp_path):
     names, source = context_names(BuildOptions())
     assert "Dockerfile" in names
-    assert "rehearsal/kit_faults.py" in names
-    assert "rehearsal/shims/sgl_kernel/__init__.py" in names
-    assert "rehearsal/tiny_model.py" in names
-    assert "inimage/verify.py" in names
-    assert "ca/.keep" in names and "wheels/.keep" in names
-    assert not any(n.startswith(("kit/", "tests/", ".git")) for n in names)
+    assert "kit/rehearsal/kit_faults.py" in names
+    assert "kit/rehearsal/shims/sgl_kernel/__init__.py" in names
+    assert "kit/rehearsal/tiny_model.py" in names
+    assert "kit/images/inimage/verify.py" in names
+    assert "images/ca/.keep" in names and "images/wheels/.keep" in names
+    assert not any(n.startswith(("tests/", ".git", "kit/cli", "kit/catalog")) for n in names)
+    assert all(n == "Dockerfile" or n.startswith(("images/ca/", "images/wheels/", "kit/")) for n in names)
     assert source.startswith("index https://download.pytorch.org/whl/cpu")
 
 
@@ -48,7 +49,7 @@ def test_a_local_torch_wheel_goes_into_the_context_and_the_cpu_image_asks_no_tor
     wheel.write_bytes(b"not really a wheel")
     (tmp_path / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"wrong python")
     names, source = context_names(BuildOptions(wheel_dirs=(tmp_path,)))
-    assert f"wheels/{wheel.name}" in names
+    assert f"images/wheels/{wheel.name}" in names
     assert source == f"local wheel {wheel}"
     assert local_torch_wheel(load_manifest(CPU), BuildOptions(wheel_dirs=(tmp_path,))) == wheel
     # Nothing else in the CPU image comes from the torch index, which may be unreachable.
@@ -76,8 +77,8 @@ def test_a_ca_bundle_is_sent_as_ca_bundle_crt(tmp_path):
     bundle = tmp_path / "corp.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     names, _ = context_names(BuildOptions(ca_bundle=bundle))
-    assert "ca/ca-bundle.crt" in names
-    assert "ca/.keep" not in names
+    assert "images/ca/ca-bundle.crt" in names
+    assert "images/ca/.keep" not in names
 
 
 def test_a_missing_ca_bundle_is_an_input_error(tmp_path):
@@ -115,3 +116,21 @@ def test_the_dockerfile_is_where_the_kit_finds_it():
     from kit import paths
 
     assert paths.dockerfile() == Path(__file__).parents[2] / "Dockerfile"
+
+
+def test_dockerignore_lets_through_exactly_the_context_paths():
+    # compose.yaml builds from the checkout: .dockerignore must keep what the Dockerfile copies.
+    from kit import paths
+
+    ignore = (paths.project_root() / ".dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    names, _ = context_names(BuildOptions())
+    for name in names:
+        if name.endswith(".keep"):
+            continue
+        assert any(name == a or name.startswith(a + "/") for a in allowed), name
+    copies = [line.split()[1].rstrip("/") for line in (paths.dockerfile()).read_text().splitlines()
+              if line.startswith("COPY ")]  # fmt: skip
+    assert all(any(c == a or a.startswith(c + "/") for a in allowed) for c in copies), copies
+    for folder in ("images/ca", "images/wheels"):
+        assert (paths.project_root() / folder / ".keep").is_file()

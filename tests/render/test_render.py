@@ -227,3 +227,48 @@ def test_compose_yaml_matches_the_compose_specification():
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_compose_service_builds_its_manifest_and_never_pulls():
+    from kit.images.build import build_args
+    from kit.images.manifest import load_manifest
+
+    doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
+    for name, service in doc["services"].items():
+        spec = resolve(name)
+        assert service["pull_policy"] == "never"
+        build = service["build"]
+        assert build["context"] == "." and build["dockerfile"] == "Dockerfile"
+        assert (paths.project_root() / build["context"] / build["dockerfile"]).is_file()
+        assert build["args"] == build_args(load_manifest(spec.image))
+        assert service["image"] == spec.image_ref == load_manifest(spec.image).tag
+
+
+def test_compose_header_names_only_the_services_it_holds():
+    code, out, _ = run_cli(["render", "compose", "qwen-base"])
+    head = out.split("services:", 1)[0]
+    assert code == 0 and "qwen-base" in head and "tiny" not in head and "qwen-mtp" not in head
+    assert "kit model fetch qwen-base" in head
+    code, out, _ = run_cli(["render", "compose", "tiny"])
+    head = out.split("services:", 1)[0]
+    assert "qwen" not in head and "gpu" not in head
+    code, out, _ = run_cli(["render", "compose", "tiny", "--build-context", "../kit"])
+    assert yaml.safe_load(out)["services"]["tiny"]["build"]["context"] == "../kit"
+
+
+def test_qwen_launch_pins_its_revision_and_stays_offline():
+    spec = resolve("qwen-base")
+    assert spec.hf_repo == "Qwen/Qwen3.5-122B-A10B" and spec.hf_revision
+    at = spec.argv.index("--model-path")
+    assert list(spec.argv[at : at + 4]) == ["--model-path", spec.hf_repo, "--revision", spec.hf_revision]
+    assert spec.env["HF_HUB_OFFLINE"] == "1"
+    assert resolve("qwen-base", overrides=["env.HF_HUB_OFFLINE=0"]).env["HF_HUB_OFFLINE"] == "0"
+    tiny = resolve("tiny")
+    assert tiny.hf_repo is None and "--revision" not in tiny.argv and "HF_HUB_OFFLINE" not in tiny.env
+
+
+def test_renderings_explain_the_dialect_beside_the_image():
+    _, out, _ = run_cli(["render", "sglang", "tiny"])
+    assert "SGLang dialect sglang-0.5.21: the flags and log lines of SGLang >=0.5.21" in out
+    _, out, _ = run_cli(["validate", "tiny"])
+    assert "dialect sglang-0.5.21: the flags and log lines of SGLang >=0.5.21" in out

@@ -34,7 +34,7 @@ def test_request_emulates_the_target_gpu_for_cuda_images():
         "cuda_version": "12.9",
     }
     assert request["args"][:2] == ["--model-path", "Qwen/Qwen3.5-122B-A10B"]
-    assert request["env"] == {"NCCL_DEBUG": "WARN", "SGLANG_ENABLE_SPEC_V2": "1"}
+    assert request["env"] == {"NCCL_DEBUG": "WARN", "SGLANG_ENABLE_SPEC_V2": "1", "HF_HUB_OFFLINE": "1"}
     assert request["config_json"].endswith("qwen3.5-122b-a10b.config.json")
     assert request["stages"] == ["load"]  # a hybrid model: the attention registry's checks too
 
