@@ -22,6 +22,8 @@ _COMMAND_MODULES = (
     "kit.cli.watch",
     "kit.cli.smoke",
     "kit.cli.analyze",
+    "kit.cli.bundle",
+    "kit.cli.repro",
 )
 
 

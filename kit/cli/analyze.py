@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kit.cli import cli
+from kit.diagnose.bundle import bundle_log_text, looks_like_bundle
 from kit.errors import InputError
 from kit.logs import AnalysisReport, analyze_path, analyze_text
 from kit.output import show
@@ -20,7 +21,7 @@ _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "stalled": "yellow"}
 @click.argument("logfile")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 def analyze(logfile: str, as_json: bool) -> int:
-    """Analyse an SGLang server log (a file, or - for stdin).
+    """Analyse an SGLang server log (a file, a bundle from kit bundle create, or - for stdin).
 
     Exits 0 whenever the log could be read: the outcome (ready, crashed, stalled) is in the report.
     """
@@ -30,6 +31,8 @@ def analyze(logfile: str, as_json: bool) -> int:
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
         report = analyze_text(text, source="-")
+    elif looks_like_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
+        report = analyze_text(bundle_log_text(logfile), source=logfile)
     else:
         report = analyze_path(logfile)
     show(report, as_json=as_json, human=_human)
