@@ -25,12 +25,12 @@ def repro(path: str, overrides: tuple[str, ...], keep: bool, as_json: bool) -> N
     """
     from kit.cli.up import _print_result, _sigterm_as_interrupt
     from kit.diagnose.bundle import read_bundle
+    from kit.diagnose.facts import local_image_id
     from kit.diagnose.repro import differences, here_fingerprint, plan_replay, run_replay
-    from kit.runtime.engine import image_exists
     from kit.startup.live import LiveView
 
     bundle = read_bundle(path)
-    plan = plan_replay(bundle, overrides, exists=image_exists)
+    plan = plan_replay(bundle, overrides, image_id_of=local_image_id)
     found = differences(plan, here_fingerprint(plan))
     out = console()
 

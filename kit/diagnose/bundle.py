@@ -57,6 +57,7 @@ _PER_RANK = re.compile(r"(?:stacks|log/tails)/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.t
 _FOLDERS = {"log", "stacks", "log/tails"}
 _STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FIX_DAMAGED = "copy the whole file again, or make it again with 'kit bundle create'"
+_FIX_FOREIGN = "give a .tar.gz made by 'kit bundle create'"
 
 
 def safe_stem(text: str) -> str:
@@ -396,7 +397,7 @@ def _bad(path: Path, problem: str, fix: str = _FIX_DAMAGED) -> InputError:
 
 def _decompress(path: Path, data: bytes) -> bytes:
     if not data.startswith(b"\x1f\x8b"):
-        raise _bad(path, "not a gzip file, so not a kit bundle", "give a .tar.gz made by 'kit bundle create'")
+        raise _bad(path, "not a gzip file, so not a kit bundle", _FIX_FOREIGN)
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         raw = inflater.decompress(data, MAX_TOTAL_BYTES + 1)
@@ -407,7 +408,7 @@ def _decompress(path: Path, data: bytes) -> bytes:
     if not inflater.eof:
         raise _bad(path, "truncated: the gzip stream ends early")
     if inflater.unused_data.strip(b"\0"):
-        raise _bad(path, "has data after the end of its gzip stream: not a kit bundle")
+        raise _bad(path, "has data after the end of its gzip stream: not a kit bundle", _FIX_FOREIGN)
     return raw
 
 
@@ -419,7 +420,9 @@ def _member_rel(path: Path, member: tarfile.TarInfo, stem: str | None) -> tuple[
         raise _bad(path, f"member '{name[:120]}' has an unsafe path: not a kit bundle", "do not unpack it")
     top = parts[0]
     if not _STEM.fullmatch(top) or (stem is not None and top != stem):
-        raise _bad(path, f"member '{name[:120]}' is outside the bundle's folder: not a kit bundle")
+        raise _bad(
+            path, f"member '{name[:120]}' is outside the bundle's folder: not a kit bundle", _FIX_FOREIGN
+        )
     return top, "/".join(parts[1:])
 
 
@@ -440,16 +443,22 @@ def read_bundle(path: str | Path) -> Bundle:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
             for count, member in enumerate(tar):
                 if count >= MAX_MEMBERS:
-                    raise _bad(path, f"has more than {MAX_MEMBERS} members: not a kit bundle")
+                    raise _bad(path, f"has more than {MAX_MEMBERS} members: not a kit bundle", _FIX_FOREIGN)
                 stem, rel = _member_rel(path, member, stem)
                 if member.isdir():
                     if rel and rel not in _FOLDERS:
-                        raise _bad(path, f"foreign folder '{member.name[:120]}': not a kit bundle")
+                        raise _bad(
+                            path, f"foreign folder '{member.name[:120]}': not a kit bundle", _FIX_FOREIGN
+                        )
                     continue
                 if not member.isreg():
-                    raise _bad(path, f"member '{member.name[:120]}' is a link or device: not a kit bundle")
+                    raise _bad(
+                        path,
+                        f"member '{member.name[:120]}' is a link or device: not a kit bundle",
+                        _FIX_FOREIGN,
+                    )
                 if rel not in REQUIRED and rel not in _OPTIONAL and not _PER_RANK.fullmatch(rel):
-                    raise _bad(path, f"foreign member '{member.name[:120]}': not a kit bundle")
+                    raise _bad(path, f"foreign member '{member.name[:120]}': not a kit bundle", _FIX_FOREIGN)
                 if rel in members:
                     raise _bad(path, f"member '{rel}' appears twice")
                 if member.size > MAX_MEMBER_BYTES:
@@ -463,7 +472,7 @@ def read_bundle(path: str | Path) -> Bundle:
     except tarfile.TarError as exc:
         raise _bad(path, f"truncated or damaged tar data ({exc})") from exc
     if stem is None or "bundle.json" not in members:
-        raise _bad(path, "has no bundle.json: not a kit bundle", "give a .tar.gz made by 'kit bundle create'")
+        raise _bad(path, "has no bundle.json: not a kit bundle", _FIX_FOREIGN)
     meta = _json_member(path, members, "bundle.json")
     _check_meta(path, meta, members)
     for rel in ("fingerprint.json", "result.json"):
@@ -483,7 +492,9 @@ def _json_member(path: Path, members: Mapping[str, bytes], rel: str) -> dict:
 
 def _check_meta(path: Path, meta: Mapping[str, Any], members: Mapping[str, bytes]) -> None:
     if meta.get("kind") != KIND:
-        raise _bad(path, f"bundle.json says kind={meta.get('kind')!r}, not {KIND!r}: not a kit bundle")
+        raise _bad(
+            path, f"bundle.json says kind={meta.get('kind')!r}, not {KIND!r}: not a kit bundle", _FIX_FOREIGN
+        )
     version = meta.get("format")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _bad(path, f"bundle.json has no valid format number ({version!r})")
@@ -508,7 +519,7 @@ def _check_meta(path: Path, meta: Mapping[str, Any], members: Mapping[str, bytes
             raise _bad(path, f"{rel} is damaged: its checksum differs from bundle.json's")
     for rel in members:
         if rel != "bundle.json" and rel not in listed:
-            raise _bad(path, f"foreign member '{rel}': bundle.json does not list it")
+            raise _bad(path, f"foreign member '{rel}': bundle.json does not list it", _FIX_FOREIGN)
 
 
 def looks_like_bundle(path: str | Path) -> bool:

@@ -242,6 +242,19 @@ def image_facts(
     return section, versions
 
 
+def local_image_id(ref: str) -> str | None:
+    """The id of the image REF names here, or None (no such image). No engine: EnvironmentProblem."""
+    from docker.errors import ImageNotFound, NotFound
+
+    from kit.runtime.engine import client, translated
+
+    with translated(f"looking up image {ref}"):
+        try:
+            return client().images.get(ref).id
+        except (ImageNotFound, NotFound):
+            return None
+
+
 def _docker_image(ref: str) -> Any | None:
     from docker.errors import ImageNotFound
 
@@ -274,7 +287,7 @@ def image_facts_of_container(container: Any, name: str) -> tuple[dict, dict, str
     return section, versions, lock
 
 
-def image_facts_of_ref(ref: str, name: str) -> tuple[dict, dict, str | None]:
+def image_facts_of_ref(ref: str, name: str, *, tag: str | None = None) -> tuple[dict, dict, str | None]:
     """A local image by tag or id, its lock read without starting it (kit repro's side of a diff)."""
     from kit.images.inspect import read_file
 
@@ -287,7 +300,12 @@ def image_facts_of_ref(ref: str, name: str) -> tuple[dict, dict, str | None]:
         except KitError as exc:
             why = exc.one_line()
     section, versions = image_facts(
-        name=name, tag=ref, image=image, lock_text=lock, lock_why=why, lock_from=f"{LOCK_PATH} in image {ref}"
+        name=name,
+        tag=tag or ref,
+        image=image,
+        lock_text=lock,
+        lock_why=why,
+        lock_from=f"{LOCK_PATH} in image {ref}",
     )
     return section, versions, lock
 

@@ -290,7 +290,7 @@ SUSPECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("p2p and topology", (r"nvidia\.p2p(\..*)?", r"nvidia\.topology(\..*)?", r"nvidia\.nvidia_smi_topo")),
     ("environment", (r"launch\.env(\..*)?", r"launch\.secrets")),
     ("argv", (r"launch\.argv",)),
-    ("overrides", (r"launch\.overrides", r"launch\.fault")),
+    ("overrides", (r"launch\.overrides",)),
 )
 OTHERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("image", (r"image\.(name|tag|id|digest)",)),

@@ -39,6 +39,7 @@ class ReplayPlan:
     spec: LaunchSpec
     limits: Any  # kit.logs.PhaseLimits
     image_ref: str
+    image_tag: str
     image_note: str | None
     changes: tuple[str, ...] = ()
     """What --set changed in the launch, one line each."""
@@ -74,19 +75,26 @@ class ReproResult:
 # -- the image -----------------------------------------------------------------------------------
 
 
-def find_image(image: Mapping[str, Any], *, exists: Callable[[str], bool]) -> tuple[str, str | None]:
+def find_image(
+    image: Mapping[str, Any], *, image_id_of: Callable[[str], str | None]
+) -> tuple[str, str | None]:
     """(the reference to start, a note when it is not the bundle's exact image).
 
-    By registry digest, then by image id; else the same manifest's tag (a rebuild of the same pins,
-    its lock compared before start); else EnvironmentProblem with the exact build command (exit 3).
+    The bundle's image by its tag when the tag still names it, else by registry digest or image id;
+    else the same manifest's tag (a rebuild of the same pins: its lock is compared before start);
+    else EnvironmentProblem with the exact build command (exit 3). `image_id_of(ref)` is the local
+    image id a reference names, or None when there is no such image here.
     """
     name = fp.known(image.get("name"))
     tag = fp.known(image.get("tag"))
     image_id = fp.known(image.get("id"))
+    local_tag_id = image_id_of(tag) if tag else None
+    if image_id and local_tag_id == image_id:
+        return tag, None
     for ref in (fp.known(image.get("digest")), image_id):
-        if ref and exists(ref):
+        if ref and image_id_of(ref):
             return ref, None
-    if tag and exists(tag):
+    if local_tag_id:
         if image_id:
             return (
                 tag,
@@ -126,7 +134,7 @@ def plan_replay(
     bundle: Bundle,
     sets: Sequence[str] = (),
     *,
-    exists: Callable[[str], bool],
+    image_id_of: Callable[[str], str | None],
     environ: Mapping[str, str] = os.environ,
 ) -> ReplayPlan:
     """The launch a replay starts, from the bundle and --set; reads only the catalog and image list."""
@@ -157,7 +165,7 @@ def plan_replay(
         image = {"name": base.image, "tag": base.image_ref}
     elif image_name is None:
         image = {**image, "name": base.image, "tag": base.image_ref}
-    image_ref, image_note = find_image(image, exists=exists)
+    image_ref, image_note = find_image(image, image_id_of=image_id_of)
 
     argv = fp.known(launch.get("argv"))
     if argv is None:
@@ -236,6 +244,7 @@ def plan_replay(
         spec=spec,
         limits=limits,
         image_ref=image_ref,
+        image_tag=changed.image_ref,
         image_note=image_note,
         changes=tuple(changes),
         notes=tuple(notes),
@@ -249,7 +258,7 @@ def plan_replay(
 
 def here_fingerprint(plan: ReplayPlan, environ: Mapping[str, str] = os.environ) -> dict:
     """This machine and the launch about to start, in the bundle's shape (for the diff)."""
-    image, versions, _ = facts.image_facts_of_ref(plan.image_ref, plan.spec.image)
+    image, versions, _ = facts.image_facts_of_ref(plan.image_ref, plan.spec.image, tag=plan.image_tag)
     present = {k: "<set here>" for k in plan.spec.pass_env if environ.get(k)}
     return {
         "format": fp.FORMAT,
