@@ -124,6 +124,33 @@ def _split_sets(sets: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
     return env, other
 
 
+def _groups(argv: Sequence[str]) -> list[tuple[str | None, list[str]]]:
+    """[python, -m, x, --tp, 2, --flag] -> [(None, [python, -m, x]), (--tp, [2]), (--flag, [])]."""
+    groups: list[tuple[str | None, list[str]]] = [(None, [])]
+    for arg in argv:
+        if arg.startswith("--"):
+            groups.append((arg, []))
+        else:
+            groups[-1][1].append(arg)
+    return groups
+
+
+def patch_argv(argv: Sequence[str], base: Sequence[str], changed: Sequence[str]) -> list[str]:
+    """What --set changed from the catalog's BASE argv to CHANGED, applied to the bundle's ARGV flag by
+    flag (values replaced, flags added or removed), so flags only the bundle has are kept."""
+    before, after = dict(_groups(base)[1:]), dict(_groups(changed)[1:])
+    out: list[tuple[str | None, list[str]]] = []
+    for flag, values in _groups(argv):
+        if flag is not None and flag in before and flag not in after:
+            continue  # removed by the change
+        if flag is not None and flag in after and before.get(flag) != after[flag]:
+            values = after[flag]
+        out.append((flag, values))
+    present = {flag for flag, _ in out}
+    out += [(flag, values) for flag, values in after.items() if flag not in before and flag not in present]
+    return [token for flag, values in out for token in ([flag] if flag else []) + values]
+
+
 def _list(value: Any, what: str, bundle: Bundle) -> list:
     if not isinstance(value, list):
         raise InputError(str(bundle.path), f"fingerprint.json: {what} is not a list", "make the bundle again")
@@ -174,8 +201,9 @@ def plan_replay(
     argv = [str(a) for a in _list(argv, "launch.argv", bundle)]
     changes: list[str] = []
     if changed.argv != base.argv:
-        changes.append(f"argv: {fp.argv_change(list(argv), list(changed.argv))}")
-        argv = list(changed.argv)
+        patched = patch_argv(argv, base.argv, changed.argv)
+        changes.append(f"argv: {fp.argv_change(argv, patched)}")
+        argv = patched
     masked_flags = [argv[i - 1] for i, a in enumerate(argv) if a == MASK and i > 0]
     argv = [
         secrets.token_urlsafe(24) if a == MASK else a.replace(MASK, secrets.token_urlsafe(24)) for a in argv
