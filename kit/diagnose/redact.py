@@ -95,15 +95,21 @@ def argv_secrets(argv: Sequence[str]) -> list[str]:
 
 
 # `--api-key VALUE`, `--api-key=VALUE`; `api_key='VALUE'`, `hf_token=VALUE`, `HF_TOKEN=VALUE`,
-# `"api_key": "VALUE"`. The name is checked in Python (_is_secret_field) so the regex stays simple.
-_FLAG_VALUE = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(=|[ \t]+)(?!-)(\"[^\"]*\"|'[^']*'|[^\s'\",)]+)")
+# `"api_key": "VALUE"`. Only names holding a secret word match, so an ordinary `name: value` never
+# swallows the secret assignment after it; the finer rule (parts of the name) is _is_secret_field's.
+_SECRET_WORD = r"(?:[Tt][Oo][Kk][Ee][Nn]|[Kk][Ee][Yy]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww])"
+_FLAG_VALUE = re.compile(
+    rf"(?<![\w-])(--?[A-Za-z][\w-]*?{_SECRET_WORD}[\w-]*)(=|[ \t]+)(?!-)(\"[^\"]*\"|'[^']*'|[^\s'\",)]+)"
+)
 _FIELD_VALUE = re.compile(
-    r"(?<![\w.-])([A-Za-z_][\w]*)(\"?\s*[=:]\s*)(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s'\",)}\]\[{]+)"
+    rf"(?<![\w.-])([A-Za-z_]\w*?{_SECRET_WORD}\w*)(\"?\s*[=:]\s*)"
+    r"(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s'\",()}\]\[{=]+)"
 )
 _NUMBER = re.compile(r"[\d.,%]+")
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^/\s@]+)@")
-_NEEDLES = re.compile(r"(?i)token|key|secret|passw|\bhf_|://[^/\s]*@")
+_WORDS_IN_TEXT = ("token", "key", "secret", "passw", "hf_", "://")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True)
@@ -140,12 +146,34 @@ class Redactor:
     def text(self, text: str) -> str:
         """Known values and secret-looking assignments masked (log lines, stacks, Markdown, SVG)."""
         text = self.literal(text)
-        if not _NEEDLES.search(text):  # the common case for a log: nothing to look at
+        # Only lines holding a secret word can hold a secret assignment: a 100k-line log has few, so
+        # the patterns run on those lines alone, found with str.find (a case-insensitive regex over
+        # megabytes costs seconds). ASCII-only lowering keeps every offset where it was.
+        lower = text.translate(_ASCII_LOWER)
+        lines: set[tuple[int, int]] = set()
+        for word in _WORDS_IN_TEXT:
+            at = lower.find(word)
+            while at >= 0:
+                start = lower.rfind("\n", 0, at) + 1
+                end = lower.find("\n", at)
+                end = len(lower) if end < 0 else end
+                lines.add((start, end))
+                at = lower.find(word, end)
+        if not lines:
             return text
-        text = _FLAG_VALUE.sub(self._flag, text)
-        text = _FIELD_VALUE.sub(self._field, text)
-        text = _URL_PASSWORD.sub(lambda m: f"{m[1]}{MASK}@", text)
-        return _HF_TOKEN.sub(MASK, text)
+        parts: list[str] = []
+        done = 0
+        for start, end in sorted(lines):
+            parts += [text[done:start], self._line(text[start:end])]
+            done = end
+        parts.append(text[done:])
+        return "".join(parts)
+
+    def _line(self, line: str) -> str:
+        line = _FLAG_VALUE.sub(self._flag, line)
+        line = _FIELD_VALUE.sub(self._field, line)
+        line = _URL_PASSWORD.sub(lambda m: f"{m[1]}{MASK}@", line)
+        return _HF_TOKEN.sub(MASK, line)
 
     @staticmethod
     def _flag(match: re.Match) -> str:

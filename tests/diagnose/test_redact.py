@@ -130,3 +130,9 @@ def test_no_known_secret_survives_in_text_or_in_data(token, key, before, after):
     data = redactor.data({"env": {"HF_TOKEN": token}, "argv": ["--api-key", key], "evidence": lines})
     dumped = json.dumps(data)
     assert token not in dumped and key not in dumped
+
+
+def test_masking_keeps_its_place_after_letters_that_change_length_when_lowered():
+    line = "İstanbul ẞ KELVIN-K: " + f"server_args=ServerArgs(api_key='{KEY}')\nnext line {HF}\n"
+    masked = Redactor().text(line)
+    assert masked == "İstanbul ẞ KELVIN-K: " + f"server_args=ServerArgs(api_key='{MASK}')\nnext line {MASK}\n"
