@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 from pathlib import Path
 
+import pytest
+
+from kit.cli import main
 from kit.diagnose.bundle import BundleInput
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -66,3 +72,13 @@ def hung_input(log_text: str | None = None, **changes) -> BundleInput:
     }
     fields.update(changes)
     return BundleInput(**fields)
+
+
+def run_kit(*argv: str) -> subprocess.CompletedProcess:
+    """`kit ARGV` in-process (the same main() as the command), as a CompletedProcess."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        main(list(argv))
+    code = info.value.code
+    code = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from bundle_helpers import FIXTURES
+from bundle_helpers import FIXTURES, run_kit
 
 from kit.diagnose.bundle import read_bundle
 from kit.diagnose.record import bundle_from_run
 from kit.scenarios import run_scenario
 
-KIT = [sys.executable, "-m", "kit"]
 TINY_LOG = FIXTURES / "kit-logs" / "sglang-0.5.23-cpu-tiny-tp2-ready.log"
 HANG_LOG = FIXTURES / "sglang-logs" / "19_dsr1-pd-decode-2node-tp16-hang-init-nccl-v0.5.8.post1.log"
 
 
-def kit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*KIT, *args], capture_output=True, text=True, timeout=timeout)
+def kit(*args: str) -> subprocess.CompletedProcess:
+    return run_kit(*args)
 
 
 def kit_json(*args: str) -> dict:

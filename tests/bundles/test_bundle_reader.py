@@ -7,20 +7,17 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
-import sys
 import tarfile
 import zlib
 
 import pytest
+from bundle_helpers import run_kit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kit.diagnose import bundle as bundle_module
 from kit.diagnose.bundle import read_bundle, tar_gz
 from kit.errors import InputError
-
-KIT = [sys.executable, "-m", "kit"]
 
 
 def members_of(path) -> tuple[str, dict[str, bytes]]:
@@ -192,7 +189,7 @@ def test_the_cli_says_one_line_exits_2_and_writes_nothing(hung_bundle, tmp_path,
     short.write_bytes(data[: len(data) // 2])
     for args in (["bundle", "show", str(short)], ["repro", str(short)], ["analyze", str(short)]):
         before = sorted(kit_cache.rglob("*"))
-        proc = subprocess.run([*KIT, *args], capture_output=True, text=True, timeout=60)
+        proc = run_kit(*args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
         assert proc.stderr.startswith(f"kit: error: {short}: truncated")
