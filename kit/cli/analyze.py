@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from kit.cli import cli
-from kit.diagnose.bundle import bundle_log_text, looks_like_bundle
 from kit.errors import InputError
 from kit.logs import AnalysisReport, analyze_path, analyze_text
 from kit.output import show
@@ -31,12 +30,20 @@ def analyze(logfile: str, as_json: bool) -> int:
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
         report = analyze_text(text, source="-")
-    elif looks_like_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
+    elif _is_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
+        from kit.diagnose.bundle import bundle_log_text
+
         report = analyze_text(bundle_log_text(logfile), source=logfile)
     else:
         report = analyze_path(logfile)
     show(report, as_json=as_json, human=_human)
     return 0
+
+
+def _is_bundle(path: str) -> bool:
+    from kit.diagnose.bundle import looks_like_bundle
+
+    return looks_like_bundle(path)
 
 
 def _human(report: AnalysisReport, out: Console) -> None:
