@@ -354,7 +354,9 @@ def env_list(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def container_settings(attrs: Mapping[str, Any]) -> dict:
+def container_settings(attrs: Mapping[str, Any], image_labels: Mapping[str, str] | None = None) -> dict:
+    """The container's own settings; labels it inherited unchanged from its image are left out."""
+    inherited = dict(image_labels or {})
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
     gpus = 0  # -1: all of the host's GPUs
@@ -375,7 +377,11 @@ def container_settings(attrs: Mapping[str, Any]) -> dict:
         "cap_add": sorted(host.get("CapAdd") or []),
         "gpus": gpus,
         "restart_policy": (host.get("RestartPolicy") or {}).get("Name") or "no",
-        "labels": {k: v for k, v in sorted((config.get("Labels") or {}).items()) if k.startswith("io.kit.")},
+        "labels": {
+            k: v
+            for k, v in sorted((config.get("Labels") or {}).items())
+            if k.startswith("io.kit.") and inherited.get(k) != v
+        },
     }
 
 
@@ -394,7 +400,13 @@ def spec_settings(spec: LaunchSpec) -> dict:
     }
 
 
-def launch_of_container(container: Any, spec: LaunchSpec, limits: Any, image_env: list[str] | None) -> dict:
+def launch_of_container(
+    container: Any,
+    spec: LaunchSpec,
+    limits: Any,
+    image_env: list[str] | None,
+    image_labels: Mapping[str, str] | None = None,
+) -> dict:
     """The launch as the container really ran it: its command and environment, not the catalog's."""
     attrs = container.attrs
     config = attrs.get("Config") or {}
@@ -420,7 +432,7 @@ def launch_of_container(container: Any, spec: LaunchSpec, limits: Any, image_env
         overrides=fp.overrides_of(spec.notes),
         argv=argv,
         env=env,
-        container=container_settings(attrs),
+        container=container_settings(attrs, image_labels),
         limits=fp.limits_data(limits),
         argv_from=argv_from,
         port=spec.port,
@@ -454,10 +466,11 @@ def fingerprint_of_container(
 ) -> tuple[dict, str | None]:
     """(fingerprint, lock text) of a server container and the host it runs on."""
     image, versions, lock = image_facts_of_container(container, spec.image)
-    image_env = None
+    image_env, image_labels = None, None
     docker_image = _docker_image(container.attrs.get("Image") or "")
     if docker_image is not None:
         image_env = (docker_image.attrs.get("Config") or {}).get("Env")
+        image_labels = (docker_image.attrs.get("Config") or {}).get("Labels")
     return (
         {
             "format": fp.FORMAT,
@@ -466,7 +479,7 @@ def fingerprint_of_container(
             "versions": versions,
             "host": host_facts(),
             "nvidia": nvidia_facts(gpus),
-            "launch": launch_of_container(container, spec, limits, image_env),
+            "launch": launch_of_container(container, spec, limits, image_env, image_labels),
         },
         lock,
     )

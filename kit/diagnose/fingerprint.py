@@ -301,8 +301,12 @@ OTHERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("other", (r".*",)),
 )
 MATTERS = {group for group, _ in SUSPECTS} | {"image"}
-# Not facts about a start-up: when and how a bundle was made, where its versions were read.
-_IGNORED = re.compile(r"^(made|format)(\.|$)|^versions\.from$|^image\.lock\.(sha256|from)$")
+# Not facts about a start-up: when and how a bundle was made, where its versions were read, and
+# the names one run's container had (its name, its session label).
+_IGNORED = re.compile(
+    r"^(made|format)(\.|$)|^versions\.from$|^image\.lock\.(sha256|from)$|^launch\.argv_from$"
+    r"|^launch\.container\.(name|labels\.io\.kit\.session)$"
+)
 _ORDER = [(group, re.compile(p)) for group, patterns in (*SUSPECTS, *OTHERS) for p in patterns]
 
 

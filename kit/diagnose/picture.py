@@ -35,13 +35,23 @@ def _ticks(total: float) -> list[float]:
 
 
 def _rank_order(rank: str) -> tuple[int, str]:
-    return (0 if rank == "main" else 1, rank)
+    return ({"launch": 0, "main": 1}.get(rank, 2), rank)
 
 
 def startup_svg(
     timeline: Sequence[Mapping[str, Any]], *, title: str, verdict: str, verdict_at_s: float | None = None
 ) -> str:
-    """timeline: rows with rank, phase, start_s, elapsed_s, open (UpResult.timeline as JSON)."""
+    """timeline: rows with rank, phase, start_s, elapsed_s, open (UpResult.timeline as JSON).
+
+    The time before the first milestone is the launch stage (imports, argument checks); it has no
+    span of its own in the tracker, so it is drawn on a 'launch' row when it lasted at all.
+    """
+    first = min((float(row["start_s"]) for row in timeline), default=0.0)
+    if first > 0 and not any(row["phase"] == "launch" for row in timeline):
+        timeline = [
+            {"rank": "launch", "phase": "launch", "start_s": 0.0, "elapsed_s": first, "open": False},
+            *timeline,
+        ]
     ranks = sorted({str(row["rank"]) for row in timeline}, key=_rank_order)
     ends = [float(row["start_s"]) + float(row["elapsed_s"]) for row in timeline]
     total = max([*ends, verdict_at_s or 0.0, 1.0])

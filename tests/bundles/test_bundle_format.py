@@ -110,10 +110,19 @@ def test_the_picture_is_valid_svg_with_one_bar_per_span():
     root = ET.fromstring(svg)
     ns = {"s": "http://www.w3.org/2000/svg"}
     bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "phase"]
-    assert len(bars) == len(timeline)
+    assert len(bars) == len(timeline)  # main's launch span is there: no extra launch row
     assert {b.get("data-rank") for b in bars} == {"main", "TP0", "TP1", "<TP2 & co>"}
     assert all(b.get("stroke-dasharray") for b in bars if b.get("data-rank") in ("TP0", "TP1"))
     assert root.find("s:title", ns).text == "tiny <hung>"
+
+
+def test_the_launch_before_the_first_milestone_gets_its_own_row():
+    svg = startup_svg(HUNG_RESULT["timeline"], title="t", verdict="HUNG", verdict_at_s=53.5)
+    bars = [
+        r for r in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "phase"
+    ]
+    launch = [b for b in bars if b.get("data-rank") == "launch"]
+    assert len(launch) == 1 and float(launch[0].get("width")) > 500  # 45 s of 53.5 s
 
 
 def test_the_summary_says_what_happened_who_waits_and_how_to_replay():
