@@ -34,7 +34,12 @@ def now_iso() -> str:
 
 
 def made(by: str) -> dict:
-    return {"by": by, "at": now_iso(), "kit_version": kit.__version__}
+    return {"by": by, "at": now_iso()}
+
+
+def kit_section() -> dict:
+    """The kit that made the fingerprint: its version decides argv translation and verdict rules."""
+    return {"version": kit.__version__}
 
 
 def _run_tool(argv: list[str]) -> tuple[str | None, str | None]:
@@ -474,6 +479,7 @@ def fingerprint_of_container(
     return (
         {
             "format": fp.FORMAT,
+            "kit": kit_section(),
             "made": made(by),
             "image": image,
             "versions": versions,
@@ -492,6 +498,7 @@ def fingerprint_of_replay(spec: LaunchSpec, limits: Any, *, gpus: NvmlGpus | Non
     host_why = f"a replayed scenario ({scenario}): no host ran it"
     return {
         "format": fp.FORMAT,
+        "kit": kit_section(),
         "made": made(f"scenario replay {scenario}"),
         "image": image,
         "versions": versions,
@@ -542,6 +549,7 @@ def fingerprint_of_log(target: str, image: str | None, nccl_from_log: str | None
     )
     return {
         "format": fp.FORMAT,
+        "kit": kit_section(),
         "made": made("kit bundle create --from-log"),
         "image": image_section,
         "versions": versions,

@@ -8,6 +8,8 @@
     launch    target, profile, dialect, overrides, fault, argv, environment (secrets masked, their
               names kept), container settings, the phase limits the verdict was reached under
 
+    kit       the kit's version (it decides argv translation and verdict rules)
+
 A field the kit could not read is `{"unknown": "why"}`; nothing is guessed. The facts are gathered
 by kit/diagnose/facts.py (Docker, NVML, the host); this module only shapes and compares them.
 
@@ -298,6 +300,7 @@ OTHERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launch", (r"launch\..*",)),
     ("nvidia", (r"nvidia\..*",)),
     ("host", (r"host\..*",)),
+    ("kit", (r"kit\..*",)),
     ("other", (r".*",)),
 )
 MATTERS = {group for group, _ in SUSPECTS} | {"image"}

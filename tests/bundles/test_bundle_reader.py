@@ -134,15 +134,29 @@ def test_links_and_devices_are_refused(hung_bundle, tmp_path, kind):
     assert "link or device" in problem(repack(tmp_path, bundle_name, members, [info]))
 
 
-def test_a_bundle_from_a_newer_kit_says_so(hung_bundle, tmp_path):
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    version=st.integers(min_value=2, max_value=10**9),
+    kit_version=st.from_regex(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
+)
+def test_a_bundle_from_a_newer_kit_says_so(hung_bundle, tmp_path, version, kit_version):
     bundle_name, members = members_of(hung_bundle)
     meta = json.loads(members["bundle.json"])
-    meta["format"] = 99
-    meta["kit_version"] = "9.0.0"
+    meta["format"] = version
+    meta["kit_version"] = kit_version
     members["bundle.json"] = json.dumps(meta).encode()
     message = problem(repack(tmp_path, bundle_name, members))
-    assert "made by a newer kit (9.0.0, bundle format 99)" in message
+    assert f"made by a newer kit ({kit_version}, bundle format {version})" in message
     assert "upgrade the kit" in message
+
+
+@pytest.mark.parametrize("version", [0, -1, "1", None, 1.5, True])
+def test_a_bundle_without_a_valid_format_number_is_refused(hung_bundle, tmp_path, version):
+    bundle_name, members = members_of(hung_bundle)
+    meta = json.loads(members["bundle.json"])
+    meta["format"] = version
+    members["bundle.json"] = json.dumps(meta).encode()
+    assert "no valid format number" in problem(repack(tmp_path, bundle_name, members))
 
 
 def test_a_missing_file_is_named(hung_bundle, tmp_path):
