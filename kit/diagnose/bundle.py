@@ -395,6 +395,12 @@ def _bad(path: Path, problem: str, fix: str = _FIX_DAMAGED) -> InputError:
     return InputError(str(path), problem, fix)
 
 
+def _shown(value: object, limit: int = 120) -> str:
+    """Text taken from an untrusted bundle, safe to print: printable characters only, bounded."""
+    text = str(value)
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
 def _decompress(path: Path, data: bytes) -> bytes:
     if not data.startswith(b"\x1f\x8b"):
         raise _bad(path, "not a gzip file, so not a kit bundle", _FIX_FOREIGN)
@@ -417,11 +423,11 @@ def _member_rel(path: Path, member: tarfile.TarInfo, stem: str | None) -> tuple[
     name = member.name
     parts = name.rstrip("/").split("/")
     if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
-        raise _bad(path, f"member '{name[:120]}' has an unsafe path: not a kit bundle", "do not unpack it")
+        raise _bad(path, f"member '{_shown(name)}' has an unsafe path: not a kit bundle", "do not unpack it")
     top = parts[0]
     if not _STEM.fullmatch(top) or (stem is not None and top != stem):
         raise _bad(
-            path, f"member '{name[:120]}' is outside the bundle's folder: not a kit bundle", _FIX_FOREIGN
+            path, f"member '{_shown(name)}' is outside the bundle's folder: not a kit bundle", _FIX_FOREIGN
         )
     return top, "/".join(parts[1:])
 
@@ -448,21 +454,23 @@ def read_bundle(path: str | Path) -> Bundle:
                 if member.isdir():
                     if rel and rel not in _FOLDERS:
                         raise _bad(
-                            path, f"foreign folder '{member.name[:120]}': not a kit bundle", _FIX_FOREIGN
+                            path, f"foreign folder '{_shown(member.name)}': not a kit bundle", _FIX_FOREIGN
                         )
                     continue
                 if not member.isreg():
                     raise _bad(
                         path,
-                        f"member '{member.name[:120]}' is a link or device: not a kit bundle",
+                        f"member '{_shown(member.name)}' is a link or device: not a kit bundle",
                         _FIX_FOREIGN,
                     )
                 if rel not in REQUIRED and rel not in _OPTIONAL and not _PER_RANK.fullmatch(rel):
-                    raise _bad(path, f"foreign member '{member.name[:120]}': not a kit bundle", _FIX_FOREIGN)
+                    raise _bad(
+                        path, f"foreign member '{_shown(member.name)}': not a kit bundle", _FIX_FOREIGN
+                    )
                 if rel in members:
-                    raise _bad(path, f"member '{rel}' appears twice")
+                    raise _bad(path, f"member '{_shown(rel)}' appears twice")
                 if member.size > MAX_MEMBER_BYTES:
-                    raise _bad(path, f"member '{rel}' is larger than {MAX_MEMBER_BYTES >> 20} MB")
+                    raise _bad(path, f"member '{_shown(rel)}' is larger than {MAX_MEMBER_BYTES >> 20} MB")
                 total += member.size
                 handle = tar.extractfile(member)
                 body = handle.read() if handle is not None else b""
@@ -493,15 +501,17 @@ def _json_member(path: Path, members: Mapping[str, bytes], rel: str) -> dict:
 def _check_meta(path: Path, meta: Mapping[str, Any], members: Mapping[str, bytes]) -> None:
     if meta.get("kind") != KIND:
         raise _bad(
-            path, f"bundle.json says kind={meta.get('kind')!r}, not {KIND!r}: not a kit bundle", _FIX_FOREIGN
+            path,
+            f"bundle.json says kind={_shown(repr(meta.get('kind')), 40)}, not {KIND!r}: not a kit bundle",
+            _FIX_FOREIGN,
         )
     version = meta.get("format")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _bad(path, f"bundle.json has no valid format number ({version!r})")
+        raise _bad(path, f"bundle.json has no valid format number ({_shown(repr(version), 40)})")
     if version > FORMAT:
         raise _bad(
             path,
-            f"made by a newer kit ({meta.get('kit_version', '?')}, bundle format {version}); "
+            f"made by a newer kit ({_shown(meta.get('kit_version', '?'), 40)}, bundle format {version}); "
             f"this kit ({kit.__version__}) reads format {FORMAT}",
             "upgrade the kit",
         )
@@ -513,10 +523,12 @@ def _check_meta(path: Path, meta: Mapping[str, Any], members: Mapping[str, bytes
             raise _bad(path, f"bundle.json does not list {rel}, which every bundle has")
     for rel, entry in listed.items():
         if rel not in members:
-            raise _bad(path, f"missing file: bundle.json lists {rel} but the bundle has no such member")
+            raise _bad(
+                path, f"missing file: bundle.json lists {_shown(rel)} but the bundle has no such member"
+            )
         digest = entry.get("sha256") if isinstance(entry, dict) else None
         if digest != hashlib.sha256(members[rel]).hexdigest():
-            raise _bad(path, f"{rel} is damaged: its checksum differs from bundle.json's")
+            raise _bad(path, f"{_shown(rel)} is damaged: its checksum differs from bundle.json's")
     for rel in members:
         if rel != "bundle.json" and rel not in listed:
             raise _bad(path, f"foreign member '{rel}': bundle.json does not list it", _FIX_FOREIGN)

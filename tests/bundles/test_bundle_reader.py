@@ -137,7 +137,7 @@ def test_links_and_devices_are_refused(hung_bundle, tmp_path, kind):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     version=st.integers(min_value=2, max_value=10**9),
-    kit_version=st.from_regex(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
+    kit_version=st.from_regex(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}", fullmatch=True),
 )
 def test_a_bundle_from_a_newer_kit_says_so(hung_bundle, tmp_path, version, kit_version):
     bundle_name, members = members_of(hung_bundle)
@@ -165,6 +165,16 @@ def test_a_missing_file_is_named(hung_bundle, tmp_path):
     assert "bundle.json lists stacks/TP1.txt but the bundle has no such member" in problem(
         repack(tmp_path, bundle_name, members)
     )
+
+
+def test_text_from_the_bundle_is_printed_without_control_characters(hung_bundle, tmp_path):
+    bundle_name, members = members_of(hung_bundle)
+    meta = json.loads(members["bundle.json"])
+    meta["format"], meta["kit_version"] = 2, "9.9\x1b[2J\nrm -rf"
+    members["bundle.json"] = json.dumps(meta).encode()
+    message = problem(repack(tmp_path, bundle_name, members))
+    assert "\x1b" not in message and "\n" not in message
+    assert "made by a newer kit (9.9?[2J?rm -rf, bundle format 2)" in message
 
 
 def test_a_changed_file_is_damaged(hung_bundle, tmp_path):
