@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from kit.cli import cli
 from kit.cli.catalog import set_option
 from kit.output import console, emit_json, jsonable
+
+
+def _interruptible() -> None:
+    """Ctrl-C and SIGTERM stop the replay and remove its container (exit 130), as in kit up; SIGINT
+    gets Python's handler back even where the kit was started with it ignored (nohup, CI runners)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, handler)
 
 
 @cli.command()
@@ -23,7 +36,7 @@ def repro(path: str, overrides: tuple[str, ...], keep: bool, as_json: bool) -> N
     Exit codes are kit up's (0 READY, 1 CRASHED, 4 HUNG, 5 DEADLINE); 3 when the image is not here
     (the build command is printed), 2 for a damaged or foreign bundle.
     """
-    from kit.cli.up import _print_result, _sigterm_as_interrupt
+    from kit.cli.up import _print_result
     from kit.diagnose.bundle import read_bundle
     from kit.diagnose.facts import local_image_id
     from kit.diagnose.repro import differences, here_fingerprint, plan_replay, run_replay
@@ -59,7 +72,7 @@ def repro(path: str, overrides: tuple[str, ...], keep: bool, as_json: bool) -> N
             say(f"    {line}")
         for change in plan.changes:
             say(f"  --set: {change}")
-    _sigterm_as_interrupt()
+    _interruptible()
     with LiveView(out, title=f"kit repro {bundle.name}", as_json=as_json) as view:
         outcome = run_replay(
             plan,
