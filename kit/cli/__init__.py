@@ -17,13 +17,13 @@ from kit.output import err_console
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
 _COMMAND_MODULES = (
     "kit.cli.up",
+    "kit.cli.bundle",  # bundle create/show/diff
+    "kit.cli.repro",
     "kit.cli.image",
     "kit.cli.catalog",
     "kit.cli.watch",
     "kit.cli.smoke",
     "kit.cli.analyze",
-    "kit.cli.bundle",
-    "kit.cli.repro",
 )
 
 
