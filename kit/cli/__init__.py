@@ -18,6 +18,8 @@ from kit.output import err_console
 _COMMAND_MODULES = (
     "kit.cli.up",
     "kit.cli.model",
+    "kit.cli.bundle",  # bundle create/show/diff
+    "kit.cli.repro",
     "kit.cli.image",
     "kit.cli.catalog",
     "kit.cli.watch",

@@ -21,7 +21,7 @@ _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
 @click.argument("logfile")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 def analyze(logfile: str, as_json: bool) -> None:
-    """Analyse an SGLang server log (a file, or - for stdin).
+    """Analyse an SGLang server log (a file, a bundle from kit bundle create, or - for stdin).
 
     A log holding several starts (journald of a restarting unit, an appended file) is split into
     launch attempts; the last one is judged. Exit codes by outcome, as `kit up`: 0 READY,
@@ -33,10 +33,20 @@ def analyze(logfile: str, as_json: bool) -> None:
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
         report = analyze_text(text, source="-")
+    elif _is_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
+        from kit.diagnose.bundle import bundle_log_text
+
+        report = analyze_text(bundle_log_text(logfile), source=logfile)
     else:
         report = analyze_path(logfile)
     show(report, as_json=as_json, human=_human)
     raise SystemExit(report.exit_code)
+
+
+def _is_bundle(path: str) -> bool:
+    from kit.diagnose.bundle import looks_like_bundle
+
+    return looks_like_bundle(path)
 
 
 def _human(report: AnalysisReport, out: Console) -> None:

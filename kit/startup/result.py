@@ -52,6 +52,8 @@ class UpResult:
     stacks: tuple[StackRow, ...] = ()
     likely_causes: tuple[CauseRow, ...] = ()
     diagnostics: str | None = None
+    bundle: str | None = None
+    """The bundle (.tar.gz) written for a verdict other than READY: kit bundle show / kit repro it."""
     container_removed: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     gpus: GpuInventory | None = None
@@ -178,6 +180,8 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.append(f"  likely: {cause.title} - try: {'; '.join(cause.what_to_try[:2])}")
     if result.diagnostics:
         lines.append(f"  diagnostics: {result.diagnostics}")
+    if result.bundle:
+        lines.append(f"  bundle: {result.bundle}")
     return lines
 
 

@@ -4,14 +4,11 @@ measure the first token, and clean up. Returns an UpResult; printing is the CLI'
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 from docker.models.containers import Container
 
-from kit import paths
+from kit.diagnose.record import record_run
 from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
@@ -45,25 +42,6 @@ def collect_stacks(source: Source) -> dict[str, RankStack]:
         if rank is not None:
             stacks[rank] = classify_stack(rank, proc.text, proc.pid)
     return stacks
-
-
-def _redact(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        text = text.replace(value, "***")
-    return text
-
-
-def write_diagnostics(
-    session: str, log_text: str, stacks: dict[str, RankStack], result: UpResult, secrets: list[str]
-) -> Path:
-    """Full log, stacks and the result as JSON, with any secret values masked."""
-    folder = paths.cache_dir() / "runs" / session
-    (folder / "stacks").mkdir(parents=True, exist_ok=True)
-    (folder / "server.log").write_text(_redact(log_text, secrets), encoding="utf-8")
-    for rank, stack in stacks.items():
-        (folder / "stacks" / f"{rank.replace(' ', '_')}.txt").write_text(_redact(stack.text, secrets))
-    (folder / "result.json").write_text(_redact(json.dumps(jsonable(result), indent=2), secrets) + "\n")
-    return folder
 
 
 def _result(
@@ -153,10 +131,15 @@ def follow_source(
             result = _replace(
                 result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
             )
-    if not isinstance(verdict, Ready):
-        secrets = [v for k in spec.pass_env if (v := os.environ.get(k))]
-        folder = write_diagnostics(session, source.log_text(), stacks, result, secrets)
-        result = _replace(result, diagnostics=str(folder))
+    if result.verdict != "ready":
+        # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
+        recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
+        result = _replace(
+            result,
+            diagnostics=str(recorded.folder),
+            bundle=str(recorded.bundle) if recorded.bundle else None,
+            notes=(*result.notes, recorded.note) if recorded.note else result.notes,
+        )
     return result
 
 

@@ -1,0 +1,147 @@
+"""kit repro's plan and verdict, without Docker: which image it starts, the launch it replays with
+--set on top, the secrets it takes from this machine, and when it says "reproduced"."""
+
+from __future__ import annotations
+
+import pytest
+from bundle_helpers import HUNG_RESULT, hung_input
+
+from kit.diagnose import facts
+from kit.diagnose.bundle import build_members, read_bundle, write_bundle
+from kit.diagnose.redact import MASK, Redactor
+from kit.diagnose.repro import compare, find_image, patch_argv, plan_replay
+from kit.errors import EnvironmentProblem, ExitCode
+from kit.launch import resolve
+from kit.startup.limits import limits_from_spec
+
+TAG = "kit/sglang:sglang-0.5.23-cpu"
+ID = "sha256:" + "ab" * 32
+API_KEY = "sk-kit-0123456789abcdef"
+
+
+def a_bundle(tmp_path, *, image: dict | None = None, runtime_env: dict | None = None, overrides=()):
+    spec = resolve("tiny", overrides=list(overrides))
+    limits = limits_from_spec(spec, stall_windows={"init": 8})
+    spec = spec.model_copy(update={"argv": (*spec.argv, "--api-key", API_KEY)})
+    env = (
+        {"KIT_FAULT": "hang-init:rank=1", "HF_TOKEN": "hf_" + "x" * 34}
+        if runtime_env is None
+        else runtime_env
+    )
+    fingerprint = {
+        "format": 1,
+        "image": image if image is not None else {"name": "sglang-0.5.23-cpu", "tag": TAG, "id": ID},
+        "launch": facts.launch_of_spec(spec, limits, env, "test"),
+    }
+    bundle = hung_input(fingerprint=fingerprint)
+    redactor = Redactor.for_launch({**spec.env, **env}, list(spec.argv))
+    return read_bundle(write_bundle(tmp_path / "b.tar.gz", bundle.name, build_members(bundle, redactor)))
+
+
+def ids(**known: str):
+    return lambda ref: known.get(ref)
+
+
+def test_the_image_is_started_by_its_tag_while_the_tag_still_names_the_bundles_id():
+    assert find_image({"name": "n", "tag": TAG, "id": ID}, image_id_of=ids(**{TAG: ID, ID: ID})) == (
+        TAG,
+        None,
+    )
+
+
+def test_a_retagged_image_is_started_by_id_and_a_pushed_one_by_digest():
+    digest = "registry.example/kit@sha256:" + "cd" * 32
+    image = {"name": "n", "tag": TAG, "id": ID, "digest": digest}
+    assert find_image(image, image_id_of=ids(**{TAG: "sha256:other", ID: ID})) == (ID, None)
+    assert find_image(image, image_id_of=ids(**{digest: ID})) == (digest, None)
+
+
+def test_a_rebuild_of_the_same_manifest_is_used_and_said():
+    ref, note = find_image({"name": "n", "tag": TAG, "id": ID}, image_id_of=ids(**{TAG: "sha256:rebuilt"}))
+    assert ref == TAG and "is not here; using kit/sglang:sglang-0.5.23-cpu" in note
+
+
+def test_a_missing_image_is_exit_3_with_the_exact_build_command():
+    with pytest.raises(EnvironmentProblem) as caught:
+        find_image({"name": "sglang-0.5.23-cpu", "tag": TAG, "id": ID}, image_id_of=ids())
+    assert caught.value.exit_code == ExitCode.ENVIRONMENT
+    assert "run 'kit image build sglang-0.5.23-cpu'" in caught.value.one_line()
+
+
+def test_the_replay_has_the_bundles_argv_environment_and_limits(tmp_path):
+    bundle = a_bundle(tmp_path)
+    plan = plan_replay(bundle, image_id_of=ids(**{TAG: ID}), environ={"HF_TOKEN": "hf_here"})
+    spec = plan.spec
+    assert plan.image_ref == TAG and plan.image_note is None
+    assert spec.env["KIT_FAULT"] == "hang-init:rank=1"
+    assert "HF_TOKEN" not in spec.env and "HF_TOKEN" in spec.pass_env  # read here, by name, at start
+    assert spec.argv[:3] == ("python", "-m", "sglang.launch_server")
+    key = spec.argv[spec.argv.index("--api-key") + 1]
+    assert key not in (API_KEY, MASK) and len(key) >= 24  # masked in the bundle: a fresh one
+    assert plan.limits.stall_window_s.init == 8  # the bundle's limits, not the catalog's 20 s
+    assert plan.changes == ()
+    assert any("--api-key" in n for n in plan.notes)
+
+
+def test_a_secret_missing_here_is_named(tmp_path):
+    plan = plan_replay(a_bundle(tmp_path), image_id_of=ids(**{TAG: ID}), environ={})
+    assert "HF_TOKEN: set in the bundle's launch, not set here (the replay runs without it)" in plan.notes
+
+
+def test_set_env_changes_and_removes_variables_of_the_replay(tmp_path):
+    plan = plan_replay(
+        a_bundle(tmp_path),
+        ["env.KIT_FAULT=none", "env.NCCL_P2P_DISABLE=1"],
+        image_id_of=ids(**{TAG: ID}),
+        environ={},
+    )
+    assert "KIT_FAULT" not in plan.spec.env and plan.spec.env["NCCL_P2P_DISABLE"] == "1"
+    assert plan.changes == (
+        "env KIT_FAULT: hang-init:rank=1 -> (unset)",
+        "env NCCL_P2P_DISABLE: (unset) -> 1",
+    )
+    assert ("override: env.KIT_FAULT=none") in plan.spec.notes  # the replay's own bundle records it
+
+
+def test_set_of_a_profile_key_changes_what_it_changes_in_the_catalogs_launch(tmp_path):
+    plan = plan_replay(
+        a_bundle(tmp_path), ["max_total_tokens=32768"], image_id_of=ids(**{TAG: ID}), environ={}
+    )
+    argv = plan.spec.argv
+    assert argv[argv.index("--max-total-tokens") + 1] == "32768"
+    assert plan.changes == ("argv: 65536 -> 32768",)
+    assert "--api-key" in argv  # a flag only the bundle's launch had is kept
+
+
+def test_patching_argv_replaces_adds_and_removes_flags_and_keeps_the_rest():
+    bundle = ["python", "-m", "s", "--tp", "2", "--api-key", "k", "--disable-cuda-graph"]
+    base = ["python", "-m", "s", "--tp", "2", "--disable-cuda-graph"]
+    changed = ["python", "-m", "s", "--tp", "4", "--mem-fraction-static", "0.8"]
+    assert patch_argv(bundle, base, changed) == [
+        *["python", "-m", "s", "--tp", "4", "--api-key", "k"],
+        *["--mem-fraction-static", "0.8"],
+    ]
+
+
+def test_recorded_overrides_are_replayed(tmp_path):
+    bundle = a_bundle(tmp_path, overrides=["max_total_tokens=16384"])
+    plan = plan_replay(bundle, image_id_of=ids(**{TAG: ID}), environ={})
+    assert plan.spec.argv[plan.spec.argv.index("--max-total-tokens") + 1] == "16384"
+    assert "override: max_total_tokens=16384" in plan.spec.notes
+
+
+@pytest.mark.parametrize(
+    ("replay", "reproduced"),
+    [
+        ({"verdict": "hung", "phase": "init", "stuck_ranks": ["TP1", "TP0"]}, True),
+        ({"verdict": "deadline", "phase": "init", "stuck_ranks": ["TP0", "TP1"]}, True),
+        ({"verdict": "hung", "phase": "load", "stuck_ranks": ["TP0", "TP1"]}, False),
+        ({"verdict": "hung", "phase": "init", "stuck_ranks": ["TP1"]}, False),
+        ({"verdict": "ready", "phase": "serving", "stuck_ranks": []}, False),
+        ({"verdict": "crashed", "phase": "init", "stuck_ranks": ["TP0", "TP1"]}, False),
+    ],
+)
+def test_reproduced_means_the_same_verdict_phase_and_stuck_ranks(replay, reproduced):
+    same, rows = compare(HUNG_RESULT, replay)
+    assert same is reproduced
+    assert [r.what for r in rows] == ["verdict", "phase", "stuck ranks"]
