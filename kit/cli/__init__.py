@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "kit.cli.watch",
     "kit.cli.smoke",
     "kit.cli.analyze",
+    "kit.cli.pivot",
 )
 
 
