@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
@@ -35,6 +35,24 @@ def _style(status: str) -> str:
 
 def _line(out: Console, text: str, style: str | None = None) -> None:
     out.print(text, markup=False, highlight=False, style=style)
+
+
+def print_rows(
+    out: Console, header: tuple[str, ...], rows: list[tuple[str, ...]], *, status: int | None = None
+) -> None:
+    """Aligned columns that never wrap (the last one runs on), the status column coloured."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    last = len(header) - 1
+
+    def line(cells: tuple[str, ...], styles: dict[int, str]) -> Text:
+        text = Text()
+        for i, cell in enumerate(cells):
+            text.append(cell if i == last else cell.ljust(widths[i] + 2), style=styles.get(i, ""))
+        return text
+
+    out.print(line(header, dict.fromkeys(range(len(header)), "bold")), soft_wrap=True)
+    for row in rows:
+        out.print(line(row, {status: _style(row[status])} if status is not None else {}), soft_wrap=True)
 
 
 def _sigterm_as_interrupt() -> None:
@@ -134,23 +152,25 @@ def print_preflight(result: Any, out: Console) -> None:
         + f": {result.message}"
     )
     _line(out, head, "bold green" if ok else "bold red")
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("step", "status", "time", "detail"):
-        table.add_column(column)
-    for row in result.steps:
-        seconds = "-" if row.seconds is None else f"{row.seconds:.2f} s"
-        table.add_row(row.step, f"[{_style(row.status)}]{row.status}[/]", seconds, row.detail)
-    out.print(table)
+    print_rows(
+        out,
+        ("step", "status", "time", "detail"),
+        [
+            (row.step, row.status, "-" if row.seconds is None else f"{row.seconds:.2f} s", row.detail)
+            for row in result.steps
+        ],
+        status=1,
+    )
     if result.sweep:
-        sweep = Table(box=None, header_style="bold", pad_edge=False, title_justify="left")
-        for column in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
-            sweep.add_column(column, justify="right")
-        for row in result.sweep:
-            sweep.add_row(
-                size_text(row.bytes), f"{row.time_us:.1f}", _gbps(row.algbw_gbps), _gbps(row.busbw_gbps)
-            )
         _line(out, "all_reduce sweep (the slowest rank's time; busbw as nccl-tests reports it):")
-        out.print(sweep)
+        print_rows(
+            out,
+            ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"),
+            [
+                (size_text(r.bytes), f"{r.time_us:.1f}", _gbps(r.algbw_gbps), _gbps(r.busbw_gbps))
+                for r in result.sweep
+            ],
+        )
     if result.pairs:
         slow = min(result.pairs, key=lambda p: p.gbps or 0.0)
         _line(
@@ -179,6 +199,9 @@ def print_preflight(result: Any, out: Console) -> None:
         )
     for rank in result.missing_ranks:
         _line(out, f"  missing: {rank}" + (f" (its stack: {stacks[rank].where})" if rank in stacks else ""))
+    for rank, stack in stacks.items():
+        if rank not in result.waiting_ranks and rank not in result.missing_ranks:
+            _line(out, f"  stack: {rank} ({stack.kind}: {stack.where})")
     for error in result.errors[:4]:
         _line(out, f"  {error}")
     if not ok and result.evidence:
@@ -386,19 +409,22 @@ def print_bisect(result: Any, out: Console) -> None:
         head = "INTERRUPTED"
     green = result.verdict == "green" or result.fix is not None
     _line(out, head, "bold green" if green else "bold red")
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("rung", "change", "verdict", "phase", "time", "detail"):
-        table.add_column(column)
-    for trial in result.trials:
-        table.add_row(
-            trial.rung,
-            trial.change,
-            f"[{_style(trial.verdict)}]{trial.verdict}[/]",
-            trial.phase or "-",
-            f"{trial.seconds:.1f} s" if trial.ran else "-",
-            trial.detail[:90],
-        )
-    out.print(table)
+    print_rows(
+        out,
+        ("rung", "change", "verdict", "phase", "time", "detail"),
+        [
+            (
+                t.rung,
+                t.change,
+                t.verdict,
+                t.phase or "-",
+                f"{t.seconds:.1f} s" if t.ran else "-",
+                t.detail[:160],
+            )
+            for t in result.trials
+        ],
+        status=2,
+    )
     if result.also_green and result.fix:
         _line(out, f"  also green: {', '.join(result.also_green)} (known from the base rung)")
     if result.fix_command:

@@ -544,10 +544,13 @@ def _command(verb: str, target: str, image: str | None, overrides: tuple[str, ..
     return join(argv)
 
 
-def fix_commands(target: str, image: str, variant: Variant) -> tuple[str, str]:
+def fix_commands(target: str, variant: Variant) -> tuple[str, str]:
     """(the launch that went green, the ladder again with the change for every rung)."""
     verb = {"doctor": "doctor", "preflight": "preflight"}.get(variant.rung.name, "up")
-    other_image = variant.image if variant.image != image else None
+    from kit.catalog import load_catalog
+
+    own = load_catalog().targets[target][1].image
+    other_image = variant.image if variant.image != own else None
     green = _command(verb, variant.target, other_image, variant.overrides)
     added = variant.overrides[len(variant.rung.overrides) :]
     again = _command("bisect", target, other_image, added)
@@ -623,7 +626,7 @@ def summarise(
         code = int(ExitCode.DEADLINE)
     else:
         code = int(ExitCode.OK)
-    green, again = fix_commands(target, image, variant) if variant else (None, None)
+    green, again = fix_commands(target, variant) if variant else (None, None)
     notes = []
     if ended == "budget":
         notes.append(f"the budget of {budget_s:g} s ran out; the run in progress was stopped and removed")

@@ -1,7 +1,7 @@
 """`kit preflight`: the image's own torch.distributed, alone, in seconds, before a model is loaded.
 
 One container from the target's image and container settings (GPUs, IPC, /dev/shm, ulimits) runs
-kit/pivot/ranks.py, copied in at run time: N ranks go through init, a checked all_reduce, a
+kit/pivot/inimage/ranks.py, copied in at run time: N ranks go through init, a checked all_reduce, a
 write into every other rank's memory (CUDA IPC on GPUs) and an all_reduce sweep. The kit reads
 their events from the container's output and keeps each step's deadline (kit/pivot/preflight.toml).
 On a hang it reads every rank's stack (py-spy), then runs the same step again with
@@ -34,7 +34,7 @@ from docker.types import DeviceRequest, Ulimit
 from kit import paths
 from kit.diagnose.stacks import RankStack, classify_stack, explain_hang
 from kit.errors import EnvironmentProblem, ExitCode, InputError
-from kit.launch import list_targets, resolve_full
+from kit.launch import resolve_full
 from kit.output import jsonable
 from kit.pivot.steps import (
     STEPS,
@@ -63,7 +63,7 @@ from kit.spec import LaunchSpec
 from kit.startup.result import StackRow
 from kit.startup.source import LineSplitter
 
-RANKS_SCRIPT = Path(__file__).resolve().parent / "ranks.py"
+RANKS_SCRIPT = Path(__file__).resolve().parent / "inimage" / "ranks.py"
 IN_CONTAINER = "/kit-preflight"
 MANAGED = "preflight"
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
@@ -150,10 +150,11 @@ ProgressCallback = Callable[[PreflightProgress], None]
 
 
 def default_target(device: str) -> str:
-    """The first catalog target (by name) whose own image is of this device kind."""
-    for name in list_targets():
-        r = resolve_full(name)
-        if r.spec.device == device:
+    """The first catalog target (by name) for this device kind: GPU targets ask for GPUs, CPU ones not."""
+    from kit.catalog import load_catalog
+
+    for name, (_, target) in sorted(load_catalog().targets.items()):
+        if (target.gpus > 0) == (device == "cuda"):
             return name
     raise InputError("TARGET", f"no catalog target runs on {device}", "name a target")
 
@@ -383,9 +384,10 @@ def _attempt(
     until: str | None,
     on_progress: ProgressCallback | None,
     on_start: Callable[[str], None] | None,
+    want_stacks: bool = True,
 ) -> _Outcome:
     request = rank_request(spec, ranks, plan, until)
-    from kit.pivot.ranks import plan_steps
+    from kit.pivot.inimage.ranks import plan_steps
 
     name = f"kit-preflight-{session}" + ("-retry" if label != "run" else "")
     box = _Container(
@@ -399,7 +401,7 @@ def _attempt(
         run = PreflightRun(ranks, plan_steps(request), plan, started)
         verdict = _watch(box, run, started, label, on_progress)
         stacks: dict[str, RankStack] = {}
-        if verdict.verdict in ("hung", "deadline") and run.pids:
+        if want_stacks and verdict.verdict in ("hung", "deadline") and run.pids:
             stacks = box.stacks(run.pids)
         log = box.log_text() if verdict.verdict != "ok" else ""
         seconds = time.monotonic() - started
@@ -530,6 +532,7 @@ def run_preflight(
                     until=verdict.step,
                     on_progress=on_progress,
                     on_start=on_start,
+                    want_stacks=False,  # the first run's stacks are the evidence; this one answers P2P
                 )
             except KeyboardInterrupt:
                 notes.append("interrupted during the retry with NCCL_P2P_DISABLE=1")

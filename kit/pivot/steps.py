@@ -1,6 +1,6 @@
 """The preflight run as data: rank events in, step states and a verdict out. Pure (time is passed in).
 
-The ranks (kit/pivot/ranks.py) print `KIT_PREFLIGHT {json}` lines; `PreflightRun` reads them with
+The ranks (kit/pivot/inimage/ranks.py) print `KIT_PREFLIGHT {json}` lines; `PreflightRun` reads them with
 the time they arrived and answers, at any moment, which step is under way, how long it has been
 quiet, and whether the run is over: ok, failed (a check found wrong values), crashed (an exception,
 a rank or the container gone), hung (a step silent for its stall window) or deadline (a step still
