@@ -39,6 +39,8 @@ VERDICT_EXIT = {
 class StepLimit:
     deadline_s: float
     stall_s: float
+    progress: bool = False
+    """The step reports progress (the sweep: a line per size), so busy-at-the-deadline is not silence."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ def device_plan(device: str, deadlines: dict[str, float] | None = None) -> Devic
     limits = {}
     for step in ALL_STEPS:
         deadline = float(overrides.get(step, table["deadlines"][step]))
-        stall = float(table.get("stall", {}).get(step, deadline))
-        limits[step] = StepLimit(deadline, min(stall, deadline))
+        stall = table.get("stall", {}).get(step)
+        limits[step] = StepLimit(deadline, min(float(stall or deadline), deadline), stall is not None)
     return DevicePlan(device, limits, dict(table["sweep"]), int(table["p2p_bytes"]))
 
 
@@ -274,6 +276,13 @@ class PreflightRun:
         if quiet >= limit.stall_s:
             return RunVerdict("hung", step, f"nothing from {step} for {quiet:.0f} s", self.not_through(step))
         if self.elapsed_in_step(now) >= limit.deadline_s:
+            if not limit.progress:  # a step that reports no progress was silent to the end
+                return RunVerdict(
+                    "hung",
+                    step,
+                    f"{step} not through after {limit.deadline_s:.0f} s",
+                    self.not_through(step),
+                )
             return RunVerdict(
                 "deadline",
                 step,
