@@ -6,6 +6,7 @@ or image, 130 interrupted. Doctor: 0 unless a check fails (1).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -317,13 +318,17 @@ def print_doctor(report: Any, out: Console) -> None:
 @image_option
 @set_option
 @json_option
-def doctor(target, image, overrides, as_json) -> None:
+@click.option("--schema", "print_schema", is_flag=True, help="Print the JSON Schema of --json and exit.")
+def doctor(target, image, overrides, as_json, print_schema) -> None:
     """Host checks for TARGET (or the host alone): driver, toolkit, GPUs, P2P, ACS, IOMMU, shm, memlock,
     disk, the model in the HF cache, the port. Each: pass, warn, fail or not checked (with why), and
     the fix. Exit 0 unless a check fails (1). --json follows docs/schema/doctor.json.
     """
-    from kit.pivot.doctor import run_doctor
+    from kit.pivot.doctor import run_doctor, schema
 
+    if print_schema:
+        click.echo(json.dumps(schema(), indent=2))
+        return
     report = run_doctor(target, image=image, overrides=overrides)
     if as_json:
         emit_json(report.model_dump(mode="json"))
