@@ -544,13 +544,13 @@ def _command(verb: str, target: str, image: str | None, overrides: tuple[str, ..
     return join(argv)
 
 
-def fix_commands(target: str, variant: Variant) -> tuple[str, str]:
-    """(the launch that went green, the ladder again with the change for every rung)."""
-    verb = {"doctor": "doctor", "preflight": "preflight"}.get(variant.rung.name, "up")
-    from kit.catalog import load_catalog
+def fix_commands(target: str, variant: Variant, own_image: str) -> tuple[str, str]:
+    """(the launch that went green, the ladder again with the change for every rung).
 
-    own = load_catalog().targets[target][1].image
-    other_image = variant.image if variant.image != own else None
+    OWN_IMAGE is the target's own image: --image appears only for another one.
+    """
+    verb = {"doctor": "doctor", "preflight": "preflight"}.get(variant.rung.name, "up")
+    other_image = variant.image if variant.image != own_image else None
     green = _command(verb, variant.target, other_image, variant.overrides)
     added = variant.overrides[len(variant.rung.overrides) :]
     again = _command("bisect", target, other_image, added)
@@ -603,7 +603,12 @@ def run_bisect(
         found["ended"] = "budget" if budget.spent else "interrupted"
     finally:
         runners.sweep()
-    return summarise(target, rungs[0].image, trials, found, time.monotonic() - began, budget_s)
+    from kit.catalog import load_catalog
+
+    own_image = load_catalog().targets[target][1].image
+    return summarise(
+        target, rungs[0].image, trials, found, time.monotonic() - began, budget_s, own_image=own_image
+    )
 
 
 def summarise(
@@ -613,6 +618,8 @@ def summarise(
     found: dict[str, Any],
     seconds: float,
     budget_s: float | None,
+    *,
+    own_image: str | None = None,
 ) -> BisectResult:
     ended = found["ended"]
     first: Trial | None = found.get("trial")
@@ -626,7 +633,7 @@ def summarise(
         code = int(ExitCode.DEADLINE)
     else:
         code = int(ExitCode.OK)
-    green, again = fix_commands(target, variant) if variant else (None, None)
+    green, again = fix_commands(target, variant, own_image or image) if variant else (None, None)
     notes = []
     if ended == "budget":
         notes.append(f"the budget of {budget_s:g} s ran out; the run in progress was stopped and removed")
