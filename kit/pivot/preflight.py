@@ -447,12 +447,12 @@ def run_preflight(
         raise InputError("--tp", f"{ranks} ranks but the target has {spec.gpus} GPUs", "lower --tp")
     if until is not None and until not in STEPS:
         raise InputError("--until", f"unknown step '{until}'", f"steps: {', '.join(STEPS)}")
+    environment, added = run_environment(spec, fault, {})  # bad input first, before the engine is asked
+    plan = device_plan(spec.device, deadlines)
     if not image_exists(spec.image_ref):
         raise EnvironmentProblem(
             f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
         )
-    plan = device_plan(spec.device, deadlines)
-    environment, added = run_environment(spec, fault, {})
     session = runtime.new_session_id()
     began = time.monotonic()
     base = {

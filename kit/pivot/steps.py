@@ -272,17 +272,16 @@ class PreflightRun:
                 self.not_through(step),
             )
         limit = self.plan.limit(step)
+        late = self.elapsed_in_step(now) >= limit.deadline_s
+        if not limit.progress:  # it says nothing until it ends: not through by its deadline is a hang
+            if late:
+                message = f"{step} not through after {limit.deadline_s:.0f} s"
+                return RunVerdict("hung", step, message, self.not_through(step))
+            return None
         quiet = self.quiet_for(now)
         if quiet >= limit.stall_s:
             return RunVerdict("hung", step, f"nothing from {step} for {quiet:.0f} s", self.not_through(step))
-        if self.elapsed_in_step(now) >= limit.deadline_s:
-            if not limit.progress:  # a step that reports no progress was silent to the end
-                return RunVerdict(
-                    "hung",
-                    step,
-                    f"{step} not through after {limit.deadline_s:.0f} s",
-                    self.not_through(step),
-                )
+        if late:
             return RunVerdict(
                 "deadline",
                 step,
