@@ -541,7 +541,8 @@ def run_preflight(
                 again = retry_outcome.verdict
                 result = replace(
                     result,
-                    p2p="P2P" if again.verdict == "ok" else "not P2P",
+                    # A retry that crashed answers nothing about P2P: no verdict, the retry's row says why.
+                    p2p={"ok": "P2P", "hung": "not P2P", "deadline": "not P2P"}.get(again.verdict),
                     retry=Attempt(
                         P2P_OFF,
                         again.verdict,
