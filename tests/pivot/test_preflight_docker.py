@@ -4,6 +4,7 @@ and no container left behind on any path. The CLI runs in a subprocess, as peopl
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -116,8 +117,6 @@ def test_an_image_that_is_not_built_is_exit_3(tmp_path, rehearsal_image):
     (images / "never-built-cpu.toml").write_text(
         manifest.replace(f'name = "{rehearsal_image}"', 'name = "never-built-cpu"')
     )
-    import os
-
     proc = subprocess.run(
         [*KIT, "preflight", "--image", "never-built-cpu"],
         capture_output=True,
