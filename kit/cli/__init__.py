@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "kit.cli.smoke",
     "kit.cli.analyze",
     "kit.cli.scenario",
+    "kit.cli.pivot",
 )
 
 

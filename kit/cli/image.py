@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kit.cli import cli
+from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
 
@@ -274,7 +275,7 @@ def verify(name: str, gpus: str, collective_timeout: float, as_json: bool) -> No
     from kit.images.manifest import load_manifest
     from kit.images.verify import verify_image
 
-    _signals_interrupt()
+    interruptible()
     result = verify_image(load_manifest(name), gpus=gpus, collective_timeout_s=collective_timeout)  # type: ignore[arg-type]
     show(result, as_json=as_json, human=_human_verify)
     if result.verdict == "drift":
@@ -289,18 +290,6 @@ def verify(name: str, gpus: str, collective_timeout: float, as_json: bool) -> No
             f"{result.tag}: no drift, but {len(result.not_checked)} check(s) not run: {checks}",
             hint=f"{result.not_checked[0].why}; run it on a GPU host, or --gpus none to check versions only",
         )
-
-
-def _signals_interrupt() -> None:
-    """Ctrl-C and SIGTERM both unwind (removing the probe's container) and exit 130, also when the
-    process was started with SIGINT ignored (nohup, some CI runners)."""
-    import signal
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
 
 
 _STATUS_MARK = {"ok": "[green]ok[/]", "drift": "[bold red]DRIFT[/]", "not checked": "[yellow]not checked[/]"}

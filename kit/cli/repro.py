@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-
 import click
 
 from kit.cli import cli
 from kit.cli.catalog import set_option
+from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable
-
-
-def _interruptible() -> None:
-    """Ctrl-C and SIGTERM stop the replay and remove its container (exit 130), as in kit up; SIGINT
-    gets Python's handler back even where the kit was started with it ignored (nohup, CI runners)."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, handler)
 
 
 @cli.command()
@@ -72,7 +60,7 @@ def repro(path: str, overrides: tuple[str, ...], keep: bool, as_json: bool) -> N
             say(f"    {line}")
         for change in plan.changes:
             say(f"  --set: {change}")
-    _interruptible()
+    interruptible()
     with LiveView(out, title=f"kit repro {bundle.name}", as_json=as_json) as view:
         outcome = run_replay(
             plan,

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-
 import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
+from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
-
-
-def _interruptible() -> None:
-    """Ctrl-C and SIGTERM stop watching, remove the container and exit 130.
-
-    SIGINT gets Python's own handler back even when the kit was started with SIGINT ignored (nohup,
-    some CI runners): otherwise Ctrl-C could not stop it and its container would stay.
-    """
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _print_result(result, out) -> None:
@@ -117,7 +102,7 @@ def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_js
     require_model(spec)  # a missing model: one line with the fetch command, before any container
     api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
-    _interruptible()
+    interruptible()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")
     with LiveView(console(), title=title, as_json=as_json) as view:
         result = run_up(
@@ -154,7 +139,7 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
         raise InputError("--target", f"container {container} has no {LABEL_TARGET} label", "pass --target")
     spec = resolve(target, image=image or labels.get(LABEL_IMAGE))
     limits = _limits(spec, deadline, stall)
-    _interruptible()
+    interruptible()
     with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
         result = run_watch(container, spec, limits, on_progress=view.update, first_token=first_token)
     _finish(result, as_json)

@@ -9,6 +9,12 @@ module does nothing but read one variable.
                                           other ranks wait for it there, as in a distributed-init hang
     KIT_FAULT=hang-collective[:rank=N]    rank N blocks in its first all_reduce after init; the
                                           others wait in the collective
+    KIT_FAULT=hang-p2p[:rank=N]           the rehearsal of NCCL's peer-to-peer hang on PCIe hosts with ACS
+                                          or a translating IOMMU (NVIDIA/nccl#1999, #2079): while
+                                          NCCL_P2P_DISABLE is unset or 0, every rank (or only rank N)
+                                          blocks in its first all_reduce; with NCCL_P2P_DISABLE=1 it
+                                          does nothing, as turning P2P off cures the real one. What
+                                          `kit preflight` calls "P2P" and `kit bisect` turns green
     KIT_FAULT=crash-load[:rank=N]         rank N raises while opening the weights (load phase)
     KIT_FAULT=slow-load[:seconds=S]       every rank spends S seconds (default 90) re-reading and
                                           hashing the weights before loading: slow but alive
@@ -62,6 +68,15 @@ def kit_fault_hang_collective(rank: int) -> None:
         time.sleep(3600)
 
 
+def kit_fault_hang_p2p(rank: int | None) -> None:
+    while True:  # as a P2P-hung collective: no progress, no output
+        time.sleep(3600)
+
+
+def p2p_disabled() -> bool:
+    return os.environ.get("NCCL_P2P_DISABLE", "").strip() not in ("", "0")
+
+
 def kit_fault_slow_load(path: str, seconds: float, busy: bool = True, progress: float = 0.0) -> None:
     """Spend `seconds` before loading: hashing the weights file over and over (CPU time grows), or
     sleeping; with `progress`, redraw a bar on stderr with '\\r' the way tqdm does."""
@@ -107,6 +122,18 @@ def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
             return original_all_reduce(*args, **kwargs)
 
         module.all_reduce = all_reduce
+    elif kind == "hang-p2p":
+        if p2p_disabled():
+            return  # the path that hangs is not taken
+        only = int(params["rank"]) if params.get("rank") else None
+        original_p2p_all_reduce = module.all_reduce
+
+        def all_reduce(*args, **kwargs):
+            if only is None or _current_rank() == only:
+                kit_fault_hang_p2p(_current_rank())
+            return original_p2p_all_reduce(*args, **kwargs)
+
+        module.all_reduce = all_reduce
 
 
 def _patch_safetensors(module, kind: str, params: dict[str, str]) -> None:
@@ -140,6 +167,7 @@ def _patch_safetensors(module, kind: str, params: dict[str, str]) -> None:
 _PATCHES = {
     "hang-init": ("torch.distributed", _patch_distributed),
     "hang-collective": ("torch.distributed", _patch_distributed),
+    "hang-p2p": ("torch.distributed", _patch_distributed),
     "crash-load": ("safetensors", _patch_safetensors),
     "slow-load": ("safetensors", _patch_safetensors),
 }

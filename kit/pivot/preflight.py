@@ -1,0 +1,591 @@
+"""`kit preflight`: the image's own torch.distributed, alone, in seconds, before a model is loaded.
+
+One container from the target's image and container settings (GPUs, IPC, /dev/shm, ulimits) runs
+kit/pivot/inimage/ranks.py, copied in at run time: N ranks go through init, a checked all_reduce, a
+write into every other rank's memory (CUDA IPC on GPUs) and an all_reduce sweep. The kit reads
+their events from the container's output and keeps each step's deadline (kit/pivot/preflight.toml).
+On a hang it reads every rank's stack (py-spy), then runs the same step again with
+NCCL_P2P_DISABLE=1: if that passes, the hang is NCCL's peer-to-peer path ("P2P"), else not.
+
+    spec = preflight_spec("qwen-base")                 # or image="sglang-0.5.23-cpu"
+    result = run_preflight(spec, ranks=4)              # PreflightResult; printing is the CLI's job
+
+The container is removed on every path (verdict, error, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import queue
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import requests
+from docker.errors import DockerException
+from docker.types import DeviceRequest, Ulimit
+
+from kit import paths
+from kit.diagnose.stacks import RankStack, classify_stack, explain_hang
+from kit.errors import EnvironmentProblem, ExitCode, InputError
+from kit.launch import resolve_full
+from kit.output import jsonable
+from kit.pivot.steps import (
+    STEPS,
+    DevicePlan,
+    PairRow,
+    PreflightRun,
+    RunVerdict,
+    StepRow,
+    device_plan,
+    nccl_version,
+    pair_rows,
+    step_rows,
+    transports,
+)
+from kit.runtime import server as runtime
+from kit.runtime.engine import (
+    LABEL_IMAGE,
+    LABEL_MANAGED,
+    LABEL_SESSION,
+    LABEL_TARGET,
+    client,
+    image_exists,
+    translated,
+)
+from kit.runtime.source import LineSplitter
+from kit.spec import LaunchSpec
+from kit.startup.result import StackRow
+
+RANKS_SCRIPT = Path(__file__).resolve().parent / "inimage" / "ranks.py"
+IN_CONTAINER = "/kit-preflight"
+MANAGED = "preflight"
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+_ERRORS = (DockerException, requests.RequestException, OSError)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    bytes: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One container's run: as configured, or the retry with NCCL_P2P_DISABLE=1."""
+
+    env: dict[str, str]
+    verdict: str
+    step: str | None
+    message: str
+    seconds: float
+    steps: tuple[StepRow, ...]
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    target: str
+    image: str
+    image_ref: str
+    device: str
+    backend: str
+    ranks: int
+    verdict: str
+    """ok | failed | crashed | hung | deadline | interrupted"""
+    exit_code: int
+    seconds: float
+    """End to end: first container created to last one removed."""
+    step: str | None = None
+    """The step the verdict is about (None when ok)."""
+    message: str = ""
+    steps: tuple[StepRow, ...] = ()
+    sweep: tuple[SweepRow, ...] = ()
+    pairs: tuple[PairRow, ...] = ()
+    nccl: str | None = None
+    transports: tuple[str, ...] = ()
+    """How ranks reached each other: NCCL's channels ('P2P/IPC', 'SHM/direct/direct'), or 'gloo'."""
+    nccl_lines: tuple[str, ...] = ()
+    """NCCL_DEBUG=INFO's transport lines, as printed."""
+    stacks: tuple[StackRow, ...] = ()
+    waiting_ranks: tuple[str, ...] = ()
+    missing_ranks: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    """The last lines that were not rank events (a traceback, NCCL warnings)."""
+    p2p: str | None = None
+    """After a hang: 'P2P' (the step passed again with NCCL_P2P_DISABLE=1) or 'not P2P'; else None."""
+    retry: Attempt | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """What the kit set for this run besides the profile's env (the fault switch, NCCL_DEBUG)."""
+    diagnostics: str | None = None
+    containers_removed: bool = True
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PreflightProgress:
+    """One step of the watch loop, for live renderers."""
+
+    attempt: str  # "run" or "retry with NCCL_P2P_DISABLE=1"
+    elapsed: float
+    step: str | None
+    quiet_for: float
+    ended: tuple[tuple[str, int], ...]  # (step, rank) that ended since the last call
+    sweep: tuple[dict, ...]  # sweep rows that arrived since the last call
+    container: str
+
+
+ProgressCallback = Callable[[PreflightProgress], None]
+
+
+# -- what to run ------------------------------------------------------------------------------------
+
+
+def default_target(device: str) -> str:
+    """The first catalog target (by name) for this device kind: GPU targets ask for GPUs, CPU ones not."""
+    from kit.catalog import load_catalog
+
+    for name, (_, target) in sorted(load_catalog().targets.items()):
+        if (target.gpus > 0) == (device == "cuda"):
+            return name
+    raise InputError("TARGET", f"no catalog target runs on {device}", "name a target")
+
+
+def preflight_spec(
+    target: str | None, *, image: str | None = None, overrides: tuple[str, ...] = (), host_has_gpus: bool
+) -> LaunchSpec:
+    """The launch whose image and container settings the preflight uses.
+
+    Without a target: the first catalog target for the image's device kind (or, without an image,
+    for this host: CUDA where NVML sees GPUs, else the CPU rehearsal).
+    """
+    if target is None:
+        if image is not None:
+            from kit.images.manifest import load_manifest
+
+            device = load_manifest(image).flavor
+        else:
+            device = "cuda" if host_has_gpus else "cpu"
+        target = default_target(device)
+    return resolve_full(target, image=image, overrides=overrides).spec
+
+
+def rank_request(spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | None) -> dict:
+    limits = plan.limits
+    total = sum(limit.deadline_s for limit in limits.values())
+    return {
+        "world_size": ranks,
+        "device": spec.device,
+        "backend": "nccl" if spec.device == "cuda" else "gloo",
+        "steps": list(STEPS),
+        "until": until,
+        "sweep": plan.sweep,
+        "p2p_bytes": plan.p2p_bytes,
+        # torch's own timeouts stay out of the way: the kit's step deadlines decide.
+        "collective_timeout_s": total + 60,
+        "run_timeout_s": total + 120,
+    }
+
+
+def container_kwargs(
+    spec: LaunchSpec, ranks: int, *, name: str, session: str, environment: dict[str, str]
+) -> dict:
+    """The preflight container: the server's settings (GPUs, IPC, shm, ulimits), the ranks' command."""
+    kwargs: dict = {
+        "image": spec.image_ref,
+        "command": ["python", "-u", f"{IN_CONTAINER}/ranks.py", f"{IN_CONTAINER}/request.json"],
+        "name": name,
+        "environment": environment,
+        "labels": {
+            LABEL_MANAGED: MANAGED,
+            LABEL_SESSION: session,
+            LABEL_TARGET: spec.target,
+            LABEL_IMAGE: spec.image,
+        },
+        # py-spy reads the ranks' stacks on a hang.
+        "cap_add": sorted({*spec.cap_add, "SYS_PTRACE"}),
+    }
+    if spec.device == "cuda":
+        kwargs["device_requests"] = [DeviceRequest(count=ranks, capabilities=[["gpu"]])]
+    if spec.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    elif spec.shm_size:
+        kwargs["shm_size"] = spec.shm_size
+    if spec.ulimits:
+        kwargs["ulimits"] = [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(spec.ulimits.items())]
+    return kwargs
+
+
+def run_environment(spec: LaunchSpec, fault: str | None, extra: dict[str, str]) -> tuple[dict, dict]:
+    """(the container's environment, what the kit added to the profile's): NCCL's transport lines on."""
+    added = {"NCCL_DEBUG": spec.env.get("NCCL_DEBUG", "INFO"), "PYTHONUNBUFFERED": "1", **extra}
+    if fault:
+        if spec.device != "cpu":
+            raise InputError("--fault", "faults exist only in the CPU rehearsal image", "use a CPU image")
+        added["KIT_FAULT"] = fault
+    return {**spec.env, **added}, added
+
+
+def _archive(request: dict) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in (
+            ("ranks.py", RANKS_SCRIPT.read_bytes()),
+            ("request.json", json.dumps(request).encode()),
+        ):
+            info = tarfile.TarInfo(f"{IN_CONTAINER.strip('/')}/{name}")
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+# -- one container --------------------------------------------------------------------------------
+
+
+class _Container:
+    """The preflight container and a thread that reads its output; removed by `remove()`."""
+
+    def __init__(self, kwargs: dict, request: dict):
+        self.name = kwargs["name"]
+        self.lines: queue.Queue[tuple[float, str | None]] = queue.Queue()
+        with translated(f"creating {self.name}"):
+            self.container = client().containers.create(**kwargs)
+        try:
+            with translated(f"copying the preflight script into {self.name}"):
+                self.container.put_archive("/", _archive(request))
+        except BaseException:
+            self.remove()
+            raise
+
+    def start(self) -> float:
+        with translated(f"starting {self.name}"):
+            self.container.start()
+        started = time.monotonic()
+        threading.Thread(target=self._read, name="kit-preflight-output", daemon=True).start()
+        return started
+
+    def _read(self) -> None:
+        splitter = LineSplitter()
+        try:
+            for chunk in self.container.logs(stdout=True, stderr=True, stream=True, follow=True):
+                now = time.monotonic()
+                for line in splitter.feed(chunk):
+                    self.lines.put((now, line))
+        except _ERRORS:
+            pass
+        finally:
+            for line in splitter.flush():
+                self.lines.put((time.monotonic(), line))
+            self.lines.put((time.monotonic(), None))
+
+    def exit_code(self) -> int | None:
+        try:
+            return int(self.container.wait(timeout=5).get("StatusCode", -1))
+        except _ERRORS:
+            return None
+
+    def stacks(self, pids: dict[int, int]) -> dict[str, RankStack]:
+        def dump(item: tuple[int, int]) -> tuple[str, RankStack]:
+            rank, pid = item
+            label = f"rank{rank}"
+            return label, classify_stack(label, runtime.dump_stack(self.container, pid), pid)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
+            return dict(pool.map(dump, sorted(pids.items())))
+
+    def log_text(self) -> str:
+        return runtime.logs_text(self.container)
+
+    def remove(self) -> bool:
+        try:
+            return runtime.remove(self.container)
+        except Exception:
+            return False
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    run: PreflightRun
+    verdict: RunVerdict
+    seconds: float
+    stacks: dict[str, RankStack]
+    log: str
+    removed: bool
+
+
+def _watch(
+    box: _Container,
+    run: PreflightRun,
+    started: float,
+    label: str,
+    on_progress: ProgressCallback | None,
+) -> RunVerdict:
+    stream_open = True
+    while True:
+        ended: list[tuple[str, int]] = []
+        sweep: list[dict] = []
+        deadline = time.monotonic() + 0.2
+        while True:
+            try:
+                at, line = box.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                stream_open = False
+                break
+            event = run.feed_line(line, at)
+            if event and event.get("ev") == "end":
+                ended.append((str(event.get("step")), int(event.get("rank", -1))))
+            elif event and event.get("ev") == "start":
+                ended.append(("launch", int(event.get("rank", -1))))
+            elif event and event.get("ev") == "progress":
+                sweep.append(run.sweep[-1])
+        now = time.monotonic()
+        if not stream_open and run.container_exit is None:
+            run.container_exited(box.exit_code())
+        if on_progress:
+            on_progress(
+                PreflightProgress(
+                    label,
+                    now - started,
+                    run.active_step(),
+                    run.quiet_for(now),
+                    tuple(ended),
+                    tuple(sweep),
+                    box.name,
+                )
+            )
+        verdict = run.verdict(now)
+        if verdict is not None:
+            return verdict
+
+
+def _attempt(
+    spec: LaunchSpec,
+    ranks: int,
+    plan: DevicePlan,
+    *,
+    environment: dict[str, str],
+    session: str,
+    label: str,
+    until: str | None,
+    on_progress: ProgressCallback | None,
+    on_start: Callable[[str], None] | None,
+    want_stacks: bool = True,
+) -> _Outcome:
+    request = rank_request(spec, ranks, plan, until)
+    from kit.pivot.inimage.ranks import plan_steps
+
+    name = f"kit-preflight-{session}" + ("-retry" if label != "run" else "")
+    box = _Container(
+        container_kwargs(spec, ranks, name=name, session=session, environment=environment), request
+    )
+    removed = False
+    try:
+        started = box.start()
+        if on_start:
+            on_start(box.name)
+        run = PreflightRun(ranks, plan_steps(request), plan, started)
+        verdict = _watch(box, run, started, label, on_progress)
+        stacks: dict[str, RankStack] = {}
+        if want_stacks and verdict.verdict in ("hung", "deadline") and run.pids:
+            stacks = box.stacks(run.pids)
+        log = box.log_text() if verdict.verdict != "ok" else ""
+        seconds = time.monotonic() - started
+    finally:
+        removed = box.remove()
+    return _Outcome(run, verdict, seconds, stacks, log, removed)
+
+
+def _stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
+    return tuple(StackRow(s.rank, s.pid, s.kind.value, s.where) for s in stacks.values())
+
+
+def _write_diagnostics(session: str, outcome: _Outcome, result: PreflightResult) -> Path:
+    folder = paths.cache_dir() / "runs" / f"preflight-{session}"
+    (folder / "stacks").mkdir(parents=True, exist_ok=True)
+    (folder / "preflight.log").write_text(outcome.log, encoding="utf-8")
+    for rank, stack in outcome.stacks.items():
+        (folder / "stacks" / f"{rank}.txt").write_text(stack.text, encoding="utf-8")
+    (folder / "result.json").write_text(json.dumps(jsonable(result), indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def _p2p_off(env: dict[str, str]) -> bool:
+    return env.get("NCCL_P2P_DISABLE", "0").strip() not in ("", "0")
+
+
+def run_preflight(
+    spec: LaunchSpec,
+    *,
+    ranks: int | None = None,
+    fault: str | None = None,
+    retry_without_p2p: bool = True,
+    until: str | None = None,
+    deadlines: dict[str, float] | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> PreflightResult:
+    """Run the preflight for SPEC's image and container settings; see the module's docstring."""
+    ranks = ranks or spec.ranks
+    if ranks < 1:
+        raise InputError("--tp", f"{ranks} ranks", "use 1 or more")
+    if spec.device == "cuda" and spec.gpus and ranks > spec.gpus:
+        raise InputError("--tp", f"{ranks} ranks but the target has {spec.gpus} GPUs", "lower --tp")
+    if until is not None and until not in STEPS:
+        raise InputError("--until", f"unknown step '{until}'", f"steps: {', '.join(STEPS)}")
+    environment, added = run_environment(spec, fault, {})  # bad input first, before the engine is asked
+    plan = device_plan(spec.device, deadlines)
+    if not image_exists(spec.image_ref):
+        raise EnvironmentProblem(
+            f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
+        )
+    session = runtime.new_session_id()
+    began = time.monotonic()
+    base = {
+        "target": spec.target,
+        "image": spec.image,
+        "image_ref": spec.image_ref,
+        "device": spec.device,
+        "backend": "nccl" if spec.device == "cuda" else "gloo",
+        "ranks": ranks,
+        "env": {k: v for k, v in added.items() if k != "PYTHONUNBUFFERED"},
+    }
+    try:
+        outcome = _attempt(
+            spec,
+            ranks,
+            plan,
+            environment=environment,
+            session=session,
+            label="run",
+            until=until,
+            on_progress=on_progress,
+            on_start=on_start,
+        )
+    except KeyboardInterrupt:
+        return PreflightResult(
+            **base,
+            verdict="interrupted",
+            exit_code=int(ExitCode.INTERRUPTED),
+            seconds=round(time.monotonic() - began, 2),
+        )
+    run, verdict = outcome.run, outcome.verdict
+    explanation = explain_hang(outcome.stacks) if outcome.stacks else None
+    waiting = tuple(s.rank for s in explanation.waiting) if explanation else ()
+    missing = tuple(s.rank for s in explanation.missing) if explanation else ()
+    if verdict.verdict in ("hung", "deadline") and not missing and not waiting:
+        missing = tuple(f"rank{r}" for r in run.never_began(verdict.step or "launch"))
+    lines = run.nccl_lines
+    notes: list[str] = []
+    result = PreflightResult(
+        **base,
+        verdict=verdict.verdict,
+        exit_code=verdict.exit_code,
+        seconds=0.0,
+        step=verdict.step,
+        message=verdict.message,
+        steps=step_rows(run, verdict),
+        sweep=tuple(SweepRow(**row) for row in run.sweep),
+        pairs=pair_rows(run.state["p2p"].details) if "p2p" in run.state else (),
+        nccl=nccl_version(lines) or (run.state["init"].details.get(0, {}).get("nccl")),
+        transports=transports(lines) or ((base["backend"],) if base["backend"] == "gloo" else ()),
+        nccl_lines=tuple(lines),
+        stacks=_stack_rows(outcome.stacks),
+        waiting_ranks=waiting,
+        missing_ranks=missing,
+        errors=tuple(
+            f"rank {e.get('rank')} in {e.get('step')}: {e.get('error')}" for e in run.errors + run.failures
+        ),
+        evidence=tuple(run.other_lines[-12:]) if verdict.verdict != "ok" else (),
+        containers_removed=outcome.removed,
+    )
+    retry_outcome: _Outcome | None = None
+    if verdict.verdict in ("hung", "deadline") and retry_without_p2p:
+        if _p2p_off(environment):
+            result = replace(result, p2p="not P2P")
+            notes.append("NCCL_P2P_DISABLE was already set: the hang is not NCCL's peer-to-peer path")
+        elif verdict.step == "launch":
+            notes.append("no rank started: nothing NCCL does was reached, so no retry without P2P")
+        else:
+            try:
+                retry_outcome = _attempt(
+                    spec,
+                    ranks,
+                    plan,
+                    environment={**environment, **P2P_OFF},
+                    session=session,
+                    label="retry with NCCL_P2P_DISABLE=1",
+                    until=verdict.step,
+                    on_progress=on_progress,
+                    on_start=on_start,
+                    want_stacks=False,  # the first run's stacks are the evidence; this one answers P2P
+                )
+            except KeyboardInterrupt:
+                notes.append("interrupted during the retry with NCCL_P2P_DISABLE=1")
+                result = replace(result, verdict="interrupted", exit_code=int(ExitCode.INTERRUPTED))
+            if retry_outcome is not None:
+                again = retry_outcome.verdict
+                result = replace(
+                    result,
+                    # A retry that crashed answers nothing about P2P: no verdict, the retry's row says why.
+                    p2p={"ok": "P2P", "hung": "not P2P", "deadline": "not P2P"}.get(again.verdict),
+                    retry=Attempt(
+                        P2P_OFF,
+                        again.verdict,
+                        again.step,
+                        again.message,
+                        round(retry_outcome.seconds, 2),
+                        step_rows(retry_outcome.run, again),
+                    ),
+                    containers_removed=result.containers_removed and retry_outcome.removed,
+                )
+                if spec.device == "cpu":
+                    notes.append(
+                        "CPU rehearsal: Gloo has no NCCL P2P path; the retry shows whether the hang "
+                        "depends on NCCL_P2P_DISABLE"
+                    )
+    result = replace(result, notes=tuple(notes), seconds=round(time.monotonic() - began, 2))
+    if verdict.verdict != "ok":
+        folder = _write_diagnostics(session, outcome, result)
+        result = replace(result, diagnostics=str(folder))
+        with contextlib.suppress(OSError):
+            (folder / "result.json").write_text(json.dumps(jsonable(result), indent=2) + "\n")
+    return result
+
+
+def host_has_gpus() -> bool:
+    from kit.runtime.nvml import open_nvml
+
+    gpus = open_nvml()
+    if gpus is None:
+        return False
+    gpus.close()
+    return True
+
+
+__all__ = [
+    "Attempt",
+    "PreflightProgress",
+    "PreflightResult",
+    "SweepRow",
+    "container_kwargs",
+    "default_target",
+    "host_has_gpus",
+    "preflight_spec",
+    "rank_request",
+    "run_preflight",
+]
