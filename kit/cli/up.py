@@ -122,10 +122,21 @@ def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_js
 @click.option("--target", help="Catalog target for limits (default: the container's io.kit.target label).")
 @click.option("--image", help="Image manifest (default: the container's io.kit.image label).")
 @click.option("--first-token", is_flag=True, help="At READY, also time a chat request.")
+@click.option(
+    "--attempts",
+    "max_attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Launch attempts to follow when a restart policy starts the server again; the last is judged.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def watch(container, target, image, first_token, as_json, deadline, stall) -> None:
-    """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it."""
+def watch(container, target, image, first_token, max_attempts, as_json, deadline, stall) -> None:
+    """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it.
+
+    Under a restart policy (systemd, Compose `restart: on-failure`) a crash is not the end: the
+    watch follows the next launch attempt, up to --attempts, and judges the last one."""
     from kit.errors import InputError
     from kit.launch import resolve
     from kit.runtime.engine import LABEL_IMAGE, LABEL_TARGET
@@ -141,7 +152,14 @@ def watch(container, target, image, first_token, as_json, deadline, stall) -> No
     limits = _limits(spec, deadline, stall)
     interruptible()
     with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
-        result = run_watch(container, spec, limits, on_progress=view.update, first_token=first_token)
+        result = run_watch(
+            container,
+            spec,
+            limits,
+            on_progress=view.update,
+            first_token=first_token,
+            max_attempts=max_attempts,
+        )
     _finish(result, as_json)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from kit.render.docker import docker_run_argv
+from kit.runtime.engine import LABEL_RESTART
 from kit.spec import PHASES, LaunchSpec
 
 
@@ -26,6 +27,10 @@ def render_systemd(spec: LaunchSpec, *, docker: str = "/usr/bin/docker", env_fil
     name = unit_name(spec)
     argv = docker_run_argv(spec, name=name, host_port=spec.port)
     argv.remove("-d")  # systemd supervises the foreground process
+    # systemd replaces the container by name after a crash (Restart= below): the label tells
+    # `kit watch` to follow the next launch attempt rather than end at the first crash.
+    first_label = argv.index("--label")
+    argv[first_label:first_label] = ["--label", f"{LABEL_RESTART}=on-failure"]
     exec_start = " \\\n    ".join(_wrapped(argv, docker))
     env_file = env_file or f"/etc/kit/{spec.target}.env"
     # systemd must not kill a start-up that is still inside the profile's deadlines.

@@ -136,6 +136,15 @@ def _check(scenario: Scenario, result: UpResult, latency: float | None) -> list[
                 f"in {result.first_token_in} after {result.first_token_s} s (want {expect.first_token_in})",
             )
         )
+    if expect.attempt is not None:
+        checks.append(
+            Expectation(
+                "attempt",
+                result.attempt == expect.attempt and result.earlier_attempts == expect.earlier,
+                f"{result.attempts or f'attempt {result.attempt}'} "
+                f"(want attempt {expect.attempt} after {', '.join(expect.earlier) or 'none'})",
+            )
+        )
     for phase, (low, high) in expect.phases_s.items():
         spans = [s.elapsed_s for s in result.timeline if s.phase == phase and s.rank != "main"]
         took = max(spans, default=None)

@@ -91,6 +91,7 @@ class LiveView:
         self.tty = console.is_terminal and not as_json
         self._live: Live | None = None
         self._last_stage: str | None = None
+        self._attempt = 1
         self._last_json_sample = 0.0
         self._said_at = 0.0
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
@@ -122,6 +123,8 @@ class LiveView:
             self.console.print(f"started {container} ({url})", markup=False, highlight=False)
 
     def update(self, progress: Progress) -> None:
+        if progress.attempt != self._attempt:
+            self._new_attempt(progress)
         if self.as_json:
             self._json(progress)
         elif self._live:
@@ -135,6 +138,16 @@ class LiveView:
             )
         else:
             self._plain(progress)
+
+    def _new_attempt(self, progress: Progress) -> None:
+        """A supervisor started the server again: its milestones and stages begin anew."""
+        self._attempt = progress.attempt
+        self._shown.clear()
+        self._last_stage = None
+        if self.as_json:
+            emit_json({"type": "attempt", "t": round(progress.elapsed, 3), "attempt": progress.attempt})
+        elif not self.tty:
+            self._say(progress, f"attempt {progress.attempt}: the server started again (a restart policy)")
 
     def _say(self, progress: Progress, text: str) -> None:
         self.console.print(f"{progress.elapsed:7.1f} s  {text}", markup=False, highlight=False)

@@ -57,6 +57,12 @@ class UpResult:
     container_removed: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     gpus: GpuInventory | None = None
+    attempt: int = 1
+    """The launch attempt judged (a supervisor restarting the server starts another)."""
+    attempts: str | None = None
+    """With earlier attempts: `attempt 3 of 3; attempts 1-2 CRASHED in load`."""
+    earlier_attempts: tuple[str, ...] = ()
+    """How each earlier attempt ended, in order: `CRASHED in load`, `READY`, ..."""
     """The host's GPUs as NVML saw them at the start (or why it could not look)."""
 
 
@@ -157,6 +163,8 @@ def headline(result: UpResult) -> str:
 def verdict_lines(result: UpResult) -> list[str]:
     """The short paragraph under the timeline: what happened, who waits for whom, what to try."""
     lines = [headline(result)]
+    if result.attempts:
+        lines.append(f"  {result.attempts}")
     stacks = {s.rank: s for s in result.stacks}
     for rank in result.waiting_ranks:
         lines.append(

@@ -87,6 +87,13 @@ def _result(
         fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
     elif isinstance(verdict, Crashed):
         fields.update(exception=verdict.exception, evidence=verdict.evidence)
+    attempts = watcher.attempts
+    if attempts.earlier:
+        fields.update(
+            attempt=attempts.number,
+            attempts=attempts.summary(),
+            earlier_attempts=tuple(a.describe() for a in attempts.earlier),
+        )
     fields.update(extra)
     return UpResult(**fields)
 
@@ -100,9 +107,10 @@ def follow_source(
     first_token: bool = True,
     on_progress: ProgressCallback | None = None,
     inventory: GpuInventory | None = None,
+    max_attempts: int = 3,
 ) -> UpResult:
     """Follow a server to its verdict; at READY time the first token, else diagnose."""
-    watcher = Watcher(source, limits)
+    watcher = Watcher(source, limits, max_attempts=max_attempts)
     verdict = watcher.run(on_progress)
     now = source.clock()
     stacks: dict[str, RankStack] = {}
@@ -151,6 +159,7 @@ def follow_container(
     session: str,
     first_token: bool = True,
     on_progress: ProgressCallback | None = None,
+    max_attempts: int = 3,
 ) -> UpResult:
     """`follow_source` over a container: NVML where the launch uses GPUs, the host's inventory."""
     gpus = open_nvml() if spec.device == "cuda" else None
@@ -164,6 +173,7 @@ def follow_container(
             session=session,
             first_token=first_token,
             on_progress=on_progress,
+            max_attempts=max_attempts,
             inventory=inventory,
         )
     finally:
@@ -224,8 +234,12 @@ def run_watch(
     *,
     on_progress: ProgressCallback | None = None,
     first_token: bool = False,
+    max_attempts: int = 3,
 ) -> UpResult:
-    """Follow a container someone else started (compose, systemd); it is never removed here."""
+    """Follow a container someone else started (compose, systemd); it is never removed here.
+
+    A restart policy may start it again after a crash: the watch follows up to `max_attempts`
+    launch attempts and judges the last one (the result counts the earlier ones)."""
     container = runtime.attach(container_ref)
     try:
         return follow_container(
@@ -235,6 +249,7 @@ def run_watch(
             session=runtime.new_session_id(),
             first_token=first_token,
             on_progress=on_progress,
+            max_attempts=max_attempts,
         )
     except KeyboardInterrupt:
         return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))

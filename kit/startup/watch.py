@@ -2,8 +2,8 @@
 activity samples, on the source's clock.
 
 This is the imperative shell around the pure tracker: it reads the source and hands plain values to
-`Tracker`. `kit up`, `kit watch`, the pytest plugin and replayed scenarios all drive this class; only
-the source differs (kit/runtime/source.py).
+`Attempts` (one `Tracker` per launch attempt). `kit up`, `kit watch`, the pytest plugin and replayed
+scenarios all drive this class; only the source differs (kit/runtime/source.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kit.logs import ActivitySample, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
+from kit.logs import ActivitySample, Attempts, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
 from kit.runtime.source import Source, SourceState
 
 
@@ -20,13 +20,14 @@ from kit.runtime.source import Source, SourceState
 class Progress:
     """One step's view, for live renderers."""
 
-    tracker: Tracker
+    tracker: Tracker  # the current launch attempt's
     now: float
     events: tuple[Event, ...]
     sample: ActivitySample | None
     container: str
     lines: int = 0  # output lines (and `\r` progress segments) seen so far
     last_line: str | None = None  # the newest of them: what the server is doing right now
+    attempt: int = 1  # launch attempts seen (a supervisor restarting the server starts another)
 
     @property
     def elapsed(self) -> float:
@@ -50,7 +51,15 @@ class Progress:
         return None if stage == "serving" else self.tracker.limits.stall_window_s.of(stage)
 
 
+# A restart in place (the engine's restart policy) or a replacement (systemd, Compose) takes a few
+# seconds; a server that stays down longer than this is judged as it ended.
+RESTART_GRACE_S = 60.0
+
+
 class Watcher:
+    """`max_attempts`: how many launch attempts a supervisor may make before the watch judges the
+    last one anyway (a crash loop is reported as such, not followed for ever)."""
+
     def __init__(
         self,
         source: Source,
@@ -58,10 +67,16 @@ class Watcher:
         *,
         sample_every_s: float = 2.0,
         keep_lines: int = 5000,
+        max_attempts: int = 3,
+        restart_grace_s: float = RESTART_GRACE_S,
     ):
         self.source = source
         self.parser = LogParser()
-        self.tracker = Tracker.start(limits, source.started_at)
+        self.attempts = Attempts.start(limits, source.started_at)
+        self.max_attempts = max_attempts
+        self.restart_grace_s = restart_grace_s
+        self._restart_policy: str | None = None
+        self._down_since: float | None = None
         self.lines: deque[str] = deque(maxlen=keep_lines)
         self.line_count = 0
         self.sample_every_s = sample_every_s
@@ -71,7 +86,19 @@ class Watcher:
         # What happened before the watch began is known only from the log: activity cannot be
         # judged before the first sample, so quiet time counts from the watch's start at the earliest.
         self._ingest(source.read())
-        self.tracker = self.tracker.observe_line(source.clock())
+        self.attempts = self.attempts.observe_line(source.clock())
+
+    @property
+    def tracker(self) -> Tracker:
+        """The current launch attempt's tracker: what every verdict and row is about."""
+        return self.attempts.current
+
+    def _may_restart(self) -> bool:
+        """Would a supervisor start the server again after a crash, and may the watch wait for it?"""
+        return (
+            self._restart_policy in ("on-failure", "always", "unless-stopped")
+            and self.attempts.number < self.max_attempts
+        )
 
     def _ingest(self, timed_lines: list[tuple[float, str]]) -> list[Event]:
         events: list[Event] = []
@@ -79,7 +106,7 @@ class Watcher:
             self.lines.append(line)
             self.line_count += 1
             found = self.parser.feed(line)
-            self.tracker = self.tracker.observe_line(t, line).observe_events(found, t)
+            self.attempts = self.attempts.observe_line(t, line).observe_events(found, t)
             events.extend(found)
         return events
 
@@ -93,19 +120,25 @@ class Watcher:
         if now >= self._next_sample:
             self._next_sample = now + self.sample_every_s
             state = source.state()  # EnvironmentProblem if the engine is gone
+            self._restart_policy = state.restart_policy
             if state.running:
+                self._down_since = None
                 sample = source.sample(now)
             if sample is not None:
-                self.tracker = self.tracker.observe_sample(sample)
+                self.attempts = self.attempts.observe_sample(sample)
                 self._last_sample = sample
-            if not state.running:
+            if not state.running and not self._waiting_for_restart(state, now):
                 ended = True
                 self.final_state = state
                 events.extend(self._ingest(source.drain(timeout_s=5)))
                 tail = self.parser.flush()
-                self.tracker = self.tracker.observe_events(tail, now)
+                self.attempts = self.attempts.observe_events(tail, now)
                 events.extend(tail)
-        verdict = self.tracker.verdict(now, ended=ended)
+        verdict = self.attempts.verdict(now, ended=ended)
+        if isinstance(verdict, Crashed) and not ended and self._may_restart():
+            # Its supervisor may start it again: the next attempt decides, not this one's crash
+            # (the watch ends once the server stays down, or at the last allowed attempt).
+            verdict = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
         progress = Progress(
@@ -116,8 +149,18 @@ class Watcher:
             source.name,
             self.line_count,
             self.lines[-1] if self.lines else None,
+            self.attempts.number,
         )
         return progress, verdict
+
+    def _waiting_for_restart(self, state: SourceState, now: float) -> bool:
+        """A stopped server its supervisor will start again: wait for the next attempt, up to
+        `restart_grace_s` and `max_attempts`."""
+        if not (state.restarting and self.attempts.number < self.max_attempts):
+            return False
+        if self._down_since is None:
+            self._down_since = now
+        return now - self._down_since < self.restart_grace_s
 
     def _exited(self, verdict: Verdict) -> Crashed:
         """The server stopped without a fatal line the parser knows: a crash named by its exit code."""

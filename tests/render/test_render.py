@@ -150,6 +150,8 @@ def test_systemd_unit_runs_the_container_in_the_foreground():
     assert "EnvironmentFile=-/etc/kit/qwen-mtp.env" in unit
     assert "TimeoutStartSec=6000" in unit
     assert "HF_TOKEN=" not in exec_start
+    # systemd restarts it by name after a crash: kit watch follows the next attempt (io.kit.restart).
+    assert "Restart=on-failure" in unit and "--label io.kit.restart=on-failure" in exec_start
 
 
 def test_systemd_escapes_specifiers():

@@ -67,3 +67,47 @@ def test_a_broken_scenario_file_names_the_key(tmp_path):
     with pytest.raises(InputError) as caught:
         load_scenario(str(path))
     assert "expect.verdict" in caught.value.field
+
+
+# -- a supervisor restarting the server: the watcher judges the last launch attempt ----------
+
+
+def _watch(scenario, **options):
+    from kit.launch import resolve
+    from kit.scenarios import ReplaySource
+    from kit.startup.limits import limits_from_spec
+    from kit.startup.watch import Watcher
+
+    source = ReplaySource(scenario)
+    watcher = Watcher(source, limits_from_spec(resolve(scenario.target, image=scenario.image)), **options)
+    verdict = watcher.run()
+    return watcher, verdict, source.clock()
+
+
+def test_restart_loop_is_judged_as_attempt_3_with_the_earlier_crashes_counted():
+    result = run_scenario("restart-loop").result
+    assert (result.verdict, result.phase, result.attempt) == ("hung", "init", 3)
+    assert result.earlier_attempts == ("CRASHED in load", "CRASHED in load")
+    assert result.attempts == "attempt 3 of 3; attempts 1-2 CRASHED in load"
+
+
+def test_without_a_restart_policy_the_first_crash_is_the_verdict():
+    scenario = load_scenario("restart-loop").model_copy(update={"restart_policy": "no"})
+    watcher, verdict, at = _watch(scenario)
+    assert verdict.kind == "crashed" and verdict.phase.value == "load"
+    assert watcher.attempts.number == 1 and at < 120  # before the supervisor would have restarted it
+
+
+def test_a_crash_loop_is_judged_at_the_last_allowed_attempt():
+    watcher, verdict, _ = _watch(load_scenario("restart-loop"), max_attempts=2)
+    assert verdict.kind == "crashed" and verdict.phase.value == "load"
+    assert watcher.attempts.number == 2
+    assert [a.outcome for a in watcher.attempts.earlier] == ["crashed"]
+
+
+def test_a_server_its_supervisor_never_starts_again_is_judged_after_the_grace():
+    scenario = load_scenario("restart-loop")
+    first_only = scenario.model_copy(update={"at": tuple(a for a in scenario.at if a.t < 120)})
+    watcher, verdict, at = _watch(first_only, restart_grace_s=30)
+    assert verdict.kind == "crashed" and watcher.attempts.number == 1
+    assert 112 + 30 <= at <= 112 + 30 + 5  # exit at 112 s, then the grace, then the next sample
