@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 from catalog_helpers import run_cli
@@ -33,12 +32,10 @@ def test_shipped_targets_are_valid_on_every_image_of_their_kind(target, image):
     assert report.ok, report.findings
 
 
-def test_the_first_failing_launch_is_rejected_in_under_a_second():
-    started = time.perf_counter()
+def test_the_first_failing_launch_is_rejected():
+    # How fast: benchmarks/validate_bench.py (timing goals are measured there, not gated here).
     code, out, err = run_cli(FIRST_FAILURE)
-    elapsed = time.perf_counter() - started
     assert code == 1 and err == ""
-    assert elapsed < 1.0
     assert "INVALID qwen-mtp on sglang-0.5.10.post1-cu129-sm120 (dialect sglang-0.5.10)" in out
     assert (
         "error sglang-0.5.10:mtp-hybrid-no-buffer: Speculative decoding for "
@@ -167,16 +164,14 @@ def test_unknown_image_is_exit_2():
     assert code == 2 and err.startswith("kit: error: image: unknown image 'nope' (known images:")
 
 
-def test_a_fresh_process_answers_in_under_a_second():
+def test_a_fresh_process_answers():
     import subprocess
     import sys
 
-    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", "from kit.cli import main; main()", *FIRST_FAILURE],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert time.perf_counter() - started < 1.0
     assert done.returncode == 1 and "mtp-hybrid-no-buffer" in done.stdout
