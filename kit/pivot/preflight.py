@@ -29,7 +29,6 @@ from pathlib import Path
 
 import requests
 from docker.errors import DockerException
-from docker.types import DeviceRequest, Ulimit
 
 from kit import paths
 from kit.diagnose.stacks import RankStack, classify_stack, explain_hang
@@ -49,6 +48,7 @@ from kit.pivot.steps import (
     step_rows,
     transports,
 )
+from kit.render.docker import host_settings
 from kit.runtime import server as runtime
 from kit.runtime.engine import (
     LABEL_IMAGE,
@@ -212,15 +212,8 @@ def container_kwargs(
         },
         # py-spy reads the ranks' stacks on a hang.
         "cap_add": sorted({*spec.cap_add, "SYS_PTRACE"}),
+        **host_settings(spec, ranks if spec.device == "cuda" else 0),
     }
-    if spec.device == "cuda":
-        kwargs["device_requests"] = [DeviceRequest(count=ranks, capabilities=[["gpu"]])]
-    if spec.ipc_host:
-        kwargs["ipc_mode"] = "host"
-    elif spec.shm_size:
-        kwargs["shm_size"] = spec.shm_size
-    if spec.ulimits:
-        kwargs["ulimits"] = [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(spec.ulimits.items())]
     return kwargs
 
 

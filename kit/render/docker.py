@@ -71,19 +71,27 @@ def run_kwargs(
     }
     if name:
         kwargs["name"] = name
-    if spec.gpus:
-        kwargs["device_requests"] = [DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
+    kwargs.update(host_settings(spec, spec.gpus))
+    cap_add = list(spec.cap_add) + (["SYS_PTRACE"] if diagnose and "SYS_PTRACE" not in spec.cap_add else [])
+    if cap_add:
+        kwargs["cap_add"] = cap_add
+    if spec.hf_cache:
+        kwargs["volumes"] = {spec.hf_cache: {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}
+    return kwargs
+
+
+def host_settings(spec: LaunchSpec, gpus: int) -> dict:
+    """The host resources a server's container gets (GPUs, IPC or shm, ulimits): the server and any
+    container that must see the same host (kit preflight's ranks) take them from here."""
+    kwargs: dict = {}
+    if gpus:
+        kwargs["device_requests"] = [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
     if spec.ipc_host:
         kwargs["ipc_mode"] = "host"
     elif spec.shm_size:
         kwargs["shm_size"] = spec.shm_size
     if spec.ulimits:
         kwargs["ulimits"] = [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(spec.ulimits.items())]
-    cap_add = list(spec.cap_add) + (["SYS_PTRACE"] if diagnose and "SYS_PTRACE" not in spec.cap_add else [])
-    if cap_add:
-        kwargs["cap_add"] = cap_add
-    if spec.hf_cache:
-        kwargs["volumes"] = {spec.hf_cache: {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}
     return kwargs
 
 
