@@ -140,9 +140,9 @@ def _simple_index(root: Path, wheels: list[Path]) -> str:
 
 
 def _torch_step() -> str:
-    """The RUN instruction right after `COPY wheels/ /tmp/kit-wheels/`, as bash will run it."""
+    """The RUN instruction right after `COPY images/wheels/ /tmp/kit-wheels/`, as bash will run it."""
     steps = instructions(DOCKERFILE)
-    at = steps.index(("COPY", "wheels/ /tmp/kit-wheels/"))
+    at = steps.index(("COPY", "images/wheels/ /tmp/kit-wheels/"))
     keyword, script = steps[at + 1]
     assert keyword == "RUN"
     return script
