@@ -77,6 +77,7 @@ class Watcher:
         self.restart_grace_s = restart_grace_s
         self._restart_policy: str | None = None
         self._down_since: float | None = None
+        self._crash_held_since: float | None = None
         self.lines: deque[str] = deque(maxlen=keep_lines)
         self.line_count = 0
         self.sample_every_s = sample_every_s
@@ -137,8 +138,14 @@ class Watcher:
         verdict = self.attempts.verdict(now, ended=ended)
         if isinstance(verdict, Crashed) and not ended and self._may_restart():
             # Its supervisor may start it again: the next attempt decides, not this one's crash
-            # (the watch ends once the server stays down, or at the last allowed attempt).
-            verdict = None
+            # (the watch ends once the server stays down, or at the last allowed attempt). A server
+            # that reports a fatal error but never exits is judged after the grace all the same.
+            if self._crash_held_since is None:
+                self._crash_held_since = now
+            if now - self._crash_held_since < self.restart_grace_s:
+                verdict = None
+        elif not isinstance(verdict, Crashed):
+            self._crash_held_since = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
         progress = Progress(

@@ -110,4 +110,15 @@ def test_a_server_its_supervisor_never_starts_again_is_judged_after_the_grace():
     first_only = scenario.model_copy(update={"at": tuple(a for a in scenario.at if a.t < 120)})
     watcher, verdict, at = _watch(first_only, restart_grace_s=30)
     assert verdict.kind == "crashed" and watcher.attempts.number == 1
-    assert 112 + 30 <= at <= 112 + 30 + 5  # exit at 112 s, then the grace, then the next sample
+    assert 110 + 30 <= at <= 112 + 30 + 5  # the fatal line at 110 s, the exit at 112 s, then the grace
+
+
+def test_a_fatal_error_from_a_server_that_never_exits_is_judged_after_the_grace():
+    scenario = load_scenario("restart-loop")
+    # attempt 1 prints its OOM and sigquit, but the process never stops (no exit, no restart)
+    never_exits = scenario.model_copy(
+        update={"at": tuple(a.model_copy(update={"exit_code": None}) for a in scenario.at if a.t < 120)}
+    )
+    watcher, verdict, at = _watch(never_exits, restart_grace_s=30)
+    assert verdict.kind == "crashed" and watcher.attempts.number == 1
+    assert at <= 110 + 10 + 30 + 5  # the fatal line, the tracker's crash grace, then the hold
