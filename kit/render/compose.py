@@ -128,6 +128,7 @@ def compose_service(spec: LaunchSpec, *, host_port: int | None = None, context: 
     if environment:
         service["environment"] = environment
     service["ports"] = [f"{publish_host(spec.publish_address)}:{host_port or spec.port}:{spec.port}"]
+    service["init"] = True  # a crash must exit non-zero (kit/render/docker.py run_kwargs says why)
     if spec.ipc_host:
         service["ipc"] = "host"
     elif spec.shm_size:

@@ -68,6 +68,10 @@ def run_kwargs(
         "labels": container_labels(spec, labels),
         "ports": {f"{spec.port}/tcp": (spec.publish_address, host_port)},
         "detach": True,
+        # An init as PID 1: SGLang ends a failed start by SIGKILLing its own process tree, which
+        # PID 1 of a container ignores, so without one the container exits 0 after a crash and
+        # no restart policy (Compose on-failure, systemd Restart=on-failure) ever restarts it.
+        "init": True,
     }
     if name:
         kwargs["name"] = name
@@ -98,7 +102,7 @@ def host_settings(spec: LaunchSpec, gpus: int) -> dict:
 def docker_run_argv(spec: LaunchSpec, *, name: str | None = None, host_port: int | None = None) -> list[str]:
     """The same container as a `docker run` command line (secrets passed by name, never by value)."""
     check_exposure(spec)
-    argv = ["docker", "run", "--rm", "-d"]
+    argv = ["docker", "run", "--rm", "-d", "--init"]  # --init: see run_kwargs
     if name:
         argv += ["--name", name]
     for key, value in container_labels(spec).items():

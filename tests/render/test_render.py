@@ -103,6 +103,8 @@ def test_compose_services_key_lines():
     assert qwen["volumes"] == ["${HOME}/.cache/huggingface:/root/.cache/huggingface"]
     assert all(port.startswith("127.0.0.1:") for s in services.values() for port in s["ports"])
     assert qwen["profiles"] == ["gpu"] and "profiles" not in services["tiny"]
+    # an init as PID 1, so a crashed SGLang exits non-zero and restart policies apply
+    assert all(service["init"] is True for service in services.values())
     check = qwen["healthcheck"]
     assert "/health_generate" in check["test"][-1]
     # start_period covers every phase's deadline: init 300 + load 3600 + memory 300 + capture 900 + warmup 600
@@ -274,3 +276,12 @@ def test_renderings_explain_the_dialect_beside_the_image():
     assert "SGLang dialect sglang-0.5.21: the flags and log lines of SGLang >=0.5.21" in out
     _, out, _ = run_cli(["validate", "tiny"])
     assert "dialect sglang-0.5.21: the flags and log lines of SGLang >=0.5.21" in out
+
+
+def test_docker_renderings_run_an_init_so_a_crash_exits_non_zero():
+    from kit.render.docker import docker_run_argv, run_kwargs
+
+    spec = resolve("qwen-base")
+    assert run_kwargs(spec)["init"] is True
+    assert docker_run_argv(spec)[:5] == ["docker", "run", "--rm", "-d", "--init"]
+    assert " --init " in render_systemd(spec).replace("\\\n", " ").replace("\n", " ")

@@ -68,3 +68,23 @@ def test_watching_a_container_that_started_earlier_keeps_its_real_phase_times(ne
     finally:
         subprocess.run([*KIT, "down", name], capture_output=True, timeout=120)
     assert not new_servers()
+
+
+def test_kit_watch_follows_a_restart_policy_and_judges_the_last_attempt(new_servers):
+    """A real engine restarting a crashing server in place (restart policy on-failure): the watch
+    does not stop at the first crash; it follows the next run of the same container and judges
+    attempt 2, counting attempt 1. The engine restarts it at all only because the kit runs an init
+    as PID 1: without one a crashed SGLang exits 0 (its self-SIGKILL is ignored by PID 1)."""
+    from kit.runtime.server import start_server
+
+    server = start_server(resolve("tiny"), fault="crash-load")
+    server.container.update(restart_policy={"Name": "on-failure", "MaximumRetryCount": 5})
+    try:
+        code, result = kit_json("watch", server.container.name, "--attempts", "2")
+        assert code == 1, result
+        assert (result["verdict"], result["phase"], result["attempt"]) == ("crashed", "load", 2), result
+        assert result["earlier_attempts"] == ["CRASHED in load"]
+        assert result["attempts"] == "attempt 2 of 2; attempt 1 CRASHED in load"
+    finally:
+        server.container.remove(force=True)
+    assert not new_servers()
