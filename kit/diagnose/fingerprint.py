@@ -182,7 +182,7 @@ def overrides_of(notes: Sequence[str]) -> list[str]:
 
 
 def limits_data(limits: Any) -> dict:
-    """PhaseLimits as JSON (kit.logs.tracker.PhaseLimits)."""
+    """PhaseLimits as JSON (kit.logs.verdicts.PhaseLimits)."""
     from kit.output import jsonable
 
     data = jsonable(limits)

@@ -42,26 +42,8 @@ from kit.logs.verdicts import (
     PhaseSpan,
     RankState,
     Ready,
-    StageSeconds,
     Verdict,
-    VerdictKind,
 )
-
-__all__ = [  # the verdict types are re-exported: callers import them from here too
-    "ActivitySample",
-    "Crashed",
-    "Deadline",
-    "Hung",
-    "MissingRanks",
-    "PhaseLimits",
-    "PhaseSpan",
-    "RankState",
-    "Ready",
-    "StageSeconds",
-    "Tracker",
-    "Verdict",
-    "VerdictKind",
-]
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 _RECENT_ERRORS = 4

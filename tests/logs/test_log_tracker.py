@@ -23,7 +23,7 @@ from kit.logs import (
     Tracker,
     VerdictKind,
 )
-from kit.logs.tracker import StageSeconds
+from kit.logs.verdicts import StageSeconds
 
 GiB = 1 << 30
 
