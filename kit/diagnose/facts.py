@@ -405,6 +405,20 @@ def spec_settings(spec: LaunchSpec) -> dict:
     }
 
 
+def _catalog_fields(spec: LaunchSpec) -> dict:
+    """What a launch section takes from the catalog, whether the argv came from a container or not."""
+    return {
+        "target": spec.target,
+        "profile": spec.profile,
+        "model": spec.model,
+        "dialect": spec.dialect,
+        "device": spec.device,
+        "ranks": spec.ranks,
+        "overrides": fp.overrides_of(spec.notes),
+        "port": spec.port,
+    }
+
+
 def launch_of_container(
     container: Any,
     spec: LaunchSpec,
@@ -428,38 +442,24 @@ def launch_of_container(
         argv = command
         argv_from = f"container {container.name}'s command (not the catalog's launch of {spec.target})"
     return fp.launch_section(
-        target=spec.target,
-        profile=spec.profile,
-        model=spec.model,
-        dialect=spec.dialect,
-        device=spec.device,
-        ranks=spec.ranks,
-        overrides=fp.overrides_of(spec.notes),
+        **_catalog_fields(spec),
         argv=argv,
         env=env,
         container=container_settings(attrs, image_labels),
         limits=fp.limits_data(limits),
         argv_from=argv_from,
-        port=spec.port,
         catalog_argv=None if argv == ours else ours,
     )
 
 
 def launch_of_spec(spec: LaunchSpec, limits: Any, runtime_env: Mapping[str, str], argv_from: str) -> dict:
     return fp.launch_section(
-        target=spec.target,
-        profile=spec.profile,
-        model=spec.model,
-        dialect=spec.dialect,
-        device=spec.device,
-        ranks=spec.ranks,
-        overrides=fp.overrides_of(spec.notes),
+        **_catalog_fields(spec),
         argv=list(spec.argv),
         env={**spec.env, **runtime_env},
         container=spec_settings(spec),
         limits=fp.limits_data(limits) if limits is not None else fp.unknown("no limits were applied"),
         argv_from=argv_from,
-        port=spec.port,
     )
 
 
