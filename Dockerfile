@@ -88,17 +88,21 @@ RUN export PIP_CONSTRAINT=/opt/venv/kit-constraints.txt \
    && pip install ${EXTRA_PIP} ; \
     fi
 
-# The kit's in-image tools: the verify script, and (CPU rehearsal only) the test-only parts.
+# The kit's in-image tools: the verify script, the tiny production-architecture model (every image:
+# target qwen-tiny, a ~15 MB Qwen3.5-MoE with random weights, byte-identical each build), and (CPU
+# rehearsal only) the test-only parts.
 COPY kit/images/inimage/ /opt/kit/
 COPY kit/rehearsal/ /tmp/kit-rehearsal/
-RUN if [ "${KIT_FLAVOR}" = cpu ]; then \
+RUN mkdir -p /opt/kit/rehearsal \
+ && cp /tmp/kit-rehearsal/tiny_model.py /tmp/kit-rehearsal/tiny_qwen3_5.py /opt/kit/rehearsal/ \
+ && if [ "${KIT_FLAVOR}" = cpu ]; then \
       site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
-   && mkdir -p /opt/kit/rehearsal \
-   && cp -r /tmp/kit-rehearsal/shims /tmp/kit-rehearsal/kit_faults.py /tmp/kit-rehearsal/tiny_model.py /opt/kit/rehearsal/ \
+   && cp -r /tmp/kit-rehearsal/shims /tmp/kit-rehearsal/kit_faults.py /opt/kit/rehearsal/ \
    && echo /opt/kit/rehearsal/shims > "$site/kit-rehearsal-shims.pth" \
    && printf '/opt/kit/rehearsal\nimport kit_faults\n' > "$site/kit-rehearsal-faults.pth" \
    && python /opt/kit/rehearsal/tiny_model.py /opt/kit/models/tiny ; \
     fi \
+ && python /opt/kit/rehearsal/tiny_qwen3_5.py /opt/kit/models/qwen-tiny \
  && rm -rf /tmp/kit-rehearsal \
  && python -m pip freeze --all > /opt/kit/lock.txt
 

@@ -1,6 +1,7 @@
-"""Throughput of the offline log model on two generated, realistic 1M-line SGLang logs.
+"""Throughput of the offline log model on two generated 1M-line SGLang logs and a restart log of real text.
 
-    .venv/bin/python benchmarks/analyze_bench.py [--lines N] [--repeat R] [--tp N] [--restarts K]
+    .venv/bin/python benchmarks/analyze_bench.py [--lines N] [--real-lines N] [--repeat R] [--tp N]
+                                                 [--restarts K] [--only generated|real]
 
 serving:  one tp=8 start-up (launcher noise, NCCL_DEBUG=INFO set-up, weight loading with tqdm
           bars, KV cache, CUDA graph capture, HTTP up, ready) followed by serving traffic (decode
@@ -9,6 +10,17 @@ restarts: K launches of the same server in one log (journald of a unit with Rest
           each a full tp=8 start-up of N/K lines; most end ready then stop, every third crashes
           in load, and the last hangs in init. A tracker that copied its timeline per milestone
           was quadratic here (420k lines: 28 s).
+
+real:     real corpus logs repeated as the launches of a restarting server (tests/fixtures: every
+          line as SGLang printed it): three GPU start-ups that end ready (tp4 L4 0.4.3, tp1
+          0.4.2, EAGLE 0.4.4), the kit's own CPU rehearsal start-up (0.5.23, tp2), a multi-node
+          main node stuck in init, and a tp2 capture OOM crash (under the rehearsal's launch
+          line, as the crash excerpt has none); the last launch is the tp16 node that hangs in
+          init (log 19). The log is written to a file and `analyze_path` (what `kit analyze FILE`
+          calls) runs in a fresh Python process, timed end to end: interpreter start, import,
+          read, decode, analysis. `kit analyze FILE --json` is timed the same way (it adds the
+          CLI's imports and the JSON). The judgement must be the last log's own (hung in init,
+          attempt K of K).
 
 It prints lines per second for parse_text and analyze_text (best of R runs) against the 500k
 lines/s goal, and checks the restart log is judged "attempt K of K", HUNG in init. Both wall-clock
@@ -21,9 +33,14 @@ does not gate.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import resource
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -219,6 +236,114 @@ def generate_restarts(lines: int, restarts: int, tp: int = 8, seed: int = 11) ->
     return "\n".join(out[:lines]) + "\n"
 
 
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+# The real launches, in the order they follow each other: ready, ready, ready, ready, hung in init
+# (a person restarted it), crashed in capture.
+REAL_LAUNCHES = (
+    "sglang-logs/01_qwq32b-tp4-L4-ready-v0.4.3.log",
+    "sglang-logs/03_r1-distill-qwen7b-tp1-docker-ready-v0.4.2.log",
+    "kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log",
+    "sglang-logs/04_llama2-7b-eagle-tp1-docs-ci-ready-v0.4.4.log",
+    "sglang-logs/49_dsv3-multinode-main-node-init-excerpt.log",
+    "sglang-logs/33_glm45air-awq-tp2-3090-mem0985-capture-oom.log",  # no launch line of its own
+)
+REAL_LAST = "sglang-logs/19_dsr1-pd-decode-2node-tp16-hang-init-nccl-v0.5.8.post1.log"
+
+
+def _fixture(name: str) -> str:
+    text = (FIXTURES / name).read_text(encoding="utf-8", errors="replace")
+    return text if text.endswith("\n") else text + "\n"
+
+
+def real_restarts(lines: int) -> tuple[str, int]:
+    """Real launches repeated until the log has about `lines` lines; (text, launches)."""
+    launch_line = next(
+        line for line in _fixture("kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log").splitlines()
+        if "server_args=" in line
+    )  # fmt: skip
+    pieces = []
+    for name in REAL_LAUNCHES:
+        text = _fixture(name)
+        pieces.append(text if "server_args=" in text else f"{launch_line}\n{text}")
+    last = _fixture(REAL_LAST)
+    out: list[str] = []
+    count = 0
+    while count < lines - last.count("\n"):
+        piece = pieces[len(out) % len(pieces)]
+        out.append(piece)
+        count += piece.count("\n")
+    out.append(last)
+    return "".join(out), len(out)
+
+
+_CHILD = """
+import sys
+from kit.logs import analyze_path
+report = analyze_path(sys.argv[1])
+print(report.outcome, report.phase and report.phase.value, report.attempt.number, report.attempt.count)
+"""
+
+
+def _fresh(command: list[str]) -> tuple[float, float, str]:
+    """(wall s, CPU s of the child: user + system, its stdout) of one fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def bench_real(lines: int, repeat: int) -> str:
+    """The real-text restart log in fresh processes; returns PASS, BELOW GOAL or WRONG VERDICT."""
+    start = time.perf_counter()
+    text, launches = real_restarts(lines)
+    count = text.count("\n")
+    print(f"real restarts: {launches:,} launches, {count:,} lines, {len(text.encode()) / 1e6:.1f} MB "
+          f"(made in {time.perf_counter() - start:.1f} s)")  # fmt: skip
+    kit = Path(sys.executable).with_name("kit")
+    verdict = "PASS"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "restarts.log"
+        path.write_text(text, encoding="utf-8")
+        runs = {
+            "analyze_path (fresh process)": [sys.executable, "-c", _CHILD, str(path)],
+            "kit analyze --json": [str(kit), "analyze", str(path), "--json"],
+        }
+        for name, command in runs.items():
+            if not Path(command[0]).exists():
+                print(f"  {name}: {command[0]} not found, skipped")
+                continue
+            walls, cpus, out = [], [], ""
+            for _ in range(repeat):
+                wall, cpu, out = _fresh(command)
+                walls.append(wall)
+                cpus.append(cpu)
+            if name.startswith("kit"):
+                report = json.loads(out)
+                attempt = report["attempt"]
+                judged = f"{report['outcome']} {report['phase']} {attempt['number']} {attempt['count']}"
+            else:
+                judged = out.strip()
+            expected = f"hung init {launches} {launches}"
+            if judged != expected:
+                verdict = "WRONG VERDICT"
+            rates = sorted(count / cpu for cpu in cpus)
+            best = rates[-1]
+            ratio = best / GOAL_LINES_PER_S
+            if ratio < 1 and verdict == "PASS":
+                verdict = "BELOW GOAL"
+            print(
+                f"  {name:<30} best {best:>10,.0f} lines/s CPU = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: "
+                f"{'PASS' if ratio >= 1 else 'BELOW GOAL'}; "
+                f"CPU s per run {', '.join(f'{c:.2f}' for c in cpus)} "
+                f"(median {statistics.median(cpus):.2f}); wall best {count / min(walls):,.0f} lines/s; "
+                f"judged {judged!r}{'' if judged == expected else f' (expected {expected!r})'}"
+            )
+    return verdict
+
+
 def _best_of(repeat: int, fn, *args) -> tuple[float, float, object]:
     """(best wall seconds, best CPU seconds, result) over `repeat` runs."""
     wall, cpu, result = float("inf"), float("inf"), None
@@ -236,13 +361,20 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tp", type=int, default=8)
     parser.add_argument("--restarts", type=int, default=2000)
+    parser.add_argument("--real-lines", type=int, default=1_000_000)
+    parser.add_argument("--only", choices=("generated", "real"))
     args = parser.parse_args()
 
     verdict = "PASS"
-    logs = {
-        "serving": lambda: generate_log(args.lines, tp=args.tp),
-        "restarts": lambda: generate_restarts(args.lines, args.restarts, tp=args.tp),
-    }
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the start")
+    logs = (
+        {}
+        if args.only == "real"
+        else {
+            "serving": lambda: generate_log(args.lines, tp=args.tp),
+            "restarts": lambda: generate_restarts(args.lines, args.restarts, tp=args.tp),
+        }
+    )
     for log_name, generate in logs.items():
         start = time.perf_counter()
         text = generate()
@@ -272,6 +404,9 @@ def main() -> int:
                 f"  {name:<13} {rate:>12,.0f} lines/s CPU = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: {status}"
                 f"  (wall {lines / wall:,.0f} lines/s)"
             )
+    if args.only != "generated":
+        real = bench_real(args.real_lines, args.repeat)
+        verdict = real if verdict == "PASS" or real == "WRONG VERDICT" else verdict
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(verdict)
     return 0

@@ -88,9 +88,9 @@ def make_run(cache: Path, lines: int) -> tuple[Path, Path, float]:
     from kit.diagnose.redact import Redactor
     from kit.launch import resolve
     from kit.logs import analyze_text
+    from kit.logs.limits import limits_from_spec
     from kit.runtime.nvml import open_nvml
     from kit.scenarios.fake_nvml import FakeNvml
-    from kit.startup.limits import limits_from_spec
 
     start = time.perf_counter()
     log = hang_log(lines)

@@ -1,12 +1,23 @@
-"""How well `kit analyze` reads the real-log corpus (tests/fixtures/sglang-logs).
+"""How well `kit analyze` reads real logs, in-sample and out-of-sample, printed apart.
 
-    .venv/bin/python benchmarks/corpus_score.py [--verbose]
+    .venv/bin/python benchmarks/corpus_score.py [--verbose] [--only in-sample|out-of-sample]
 
-Each log has the facts its thread established in the JSON beside it (`expected`). This prints,
-over all logs, how often the outcome, the last milestone and the phase are right, and over the
-logs with a labelled cause, how often that cause is ranked first and among the first three,
-against the goals (90 % outcome and phase, 80 % top-3 cause). The exit code is 0 either way:
-this measures, it does not gate (tests/logs/test_log_fixtures.py holds the per-log checks).
+Each log has the facts its thread established in the JSON beside it (`expected`). For each corpus
+this prints how often the outcome, the last milestone and the phase are right, and over the logs
+with a labelled cause, how often that cause is ranked first and among the first three, with the
+counts, against the goals (90 % outcome and phase, 80 % top-3 cause).
+
+- **in-sample** (tests/fixtures/sglang-logs): the logs the causes book and the patterns were
+  written and tuned on. This includes the five logs once called held out: commit 52b4208 scored
+  them before any change (outcome 2/5, phase 2/5, top-3 cause 0/4) and then changed the rules for
+  them in the same commit, so they are training data too. These figures say the rules fit the
+  logs they were made from, not how well they generalise.
+- **out-of-sample** (tests/fixtures/sglang-logs-oos): logs gathered after the rules, labelled from
+  their threads before the kit ever read them, never cited by the rules (tests/logs/test_log_oos.py)
+  and never tuned on. These are the honest figures; with so few logs, read the counts, not only
+  the shares.
+
+The exit code is 0 either way: this measures, it does not gate.
 """
 
 from __future__ import annotations
@@ -14,20 +25,46 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
 
 from kit.logs import analyze_path
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "sglang-logs"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+CORPORA = {
+    "in-sample": (
+        FIXTURES / "sglang-logs",
+        "the causes book and patterns were tuned on these, the five once called held out included "
+        "(commit 52b4208 scored them, then changed the rules for them)",
+    ),
+    "out-of-sample": (
+        FIXTURES / "sglang-logs-oos",
+        "gathered 2026-12-03 after the rules; labelled from their threads; never cited or tuned on",
+    ),
+}
 GOALS = {"outcome": 0.90, "phase": 0.90, "top-3 cause": 0.80}
+MEASURES = ("outcome", "last milestone", "phase", "top-1 cause", "top-3 cause")
 
 
-def score(corpus: Path = CORPUS, verbose: bool = False) -> dict[str, tuple[int, int]]:
-    counts = {name: [0, 0] for name in ("outcome", "last milestone", "phase", "top-1 cause", "top-3 cause")}
+@dataclass
+class Score:
+    logs: int = 0
+    counts: dict[str, list[int]] = field(default_factory=lambda: {m: [0, 0] for m in MEASURES})
+    wrong: list[tuple[str, str]] = field(default_factory=list)
+    """(log stem, what was wrong), or 'ok' for a log read right (kept for --verbose)."""
+
+    def share(self, measure: str) -> float:
+        right, total = self.counts[measure]
+        return right / total if total else 0.0
+
+
+def score(corpus: Path) -> Score:
+    result = Score()
     for log in sorted(corpus.glob("*.log")):
-        expected = json.loads(log.with_suffix(".json").read_text())["expected"]
+        result.logs += 1
+        expected = json.loads(log.with_suffix(".json").read_text(encoding="utf-8"))["expected"]
         report = analyze_path(log)
         got = {
             "outcome": report.outcome,
@@ -41,40 +78,52 @@ def score(corpus: Path = CORPUS, verbose: bool = False) -> dict[str, tuple[int, 
         }
         wrong = []
         for name in got:
-            counts[name][1] += 1
+            result.counts[name][1] += 1
             if got[name] == want[name]:
-                counts[name][0] += 1
+                result.counts[name][0] += 1
             else:
                 wrong.append(f"{name} {got[name]} (expected {want[name]})")
         ids = [c.id for c in report.likely_causes]
         if expected.get("cause"):
             for name, top in (("top-1 cause", 1), ("top-3 cause", 3)):
-                counts[name][1] += 1
-                counts[name][0] += expected["cause"] in ids[:top]
+                result.counts[name][1] += 1
+                result.counts[name][0] += expected["cause"] in ids[:top]
             if expected["cause"] not in ids[:3]:
                 wrong.append(f"cause {expected['cause']} not in the first 3 of {ids}")
-        if verbose or wrong:
-            status = "; ".join(wrong) if wrong else "ok"
-            print(f"  {log.stem[:60]:<60} {status}")
-    return {name: (right, total) for name, (right, total) in counts.items()}
+        result.wrong.append((log.stem, "; ".join(wrong) if wrong else "ok"))
+    return result
 
 
-def main() -> int:
+def render(name: str, about: str, corpus: Path, result: Score, verbose: bool) -> list[str]:
+    lines = [f"{name}: {result.logs} real logs in {corpus.relative_to(FIXTURES.parents[1])}", f"  {about}"]
+    for stem, what in result.wrong:
+        if verbose or what != "ok":
+            lines.append(f"    {stem[:60]:<60} {what}")
+    for measure in MEASURES:
+        right, total = result.counts[measure]
+        goal = GOALS.get(measure)
+        share = result.share(measure)
+        if not total:
+            lines.append(f"  {measure:<15}   0/0   (no labelled logs)")
+            continue
+        status = "" if goal is None else f" (goal {goal:.0%}) " + ("PASS" if share >= goal else "BELOW GOAL")
+        lines.append(f"  {measure:<15} {right:>3}/{total:<3} = {share:6.1%}{status}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="one line per log, right or wrong")
-    args = parser.parse_args()
-    print(f"corpus: {len(list(CORPUS.glob('*.log')))} real logs in {CORPUS}")
-    results = score(verbose=args.verbose)
-    verdict = "PASS"
-    for name, (right, total) in results.items():
-        share = right / total if total else 0.0
-        goal = GOALS.get(name)
-        status = "" if goal is None else (" PASS" if share >= goal else " BELOW GOAL")
-        if goal is not None and share < goal:
-            verdict = "BELOW GOAL"
-        target = "" if goal is None else f" (goal {goal:.0%})"
-        print(f"{name:<15} {right:>3}/{total:<3} = {share:6.1%}{target}{status}")
-    print(verdict)
+    parser.add_argument("--only", choices=sorted(CORPORA), help="score one corpus")
+    args = parser.parse_args(argv)
+    for name, (corpus, about) in CORPORA.items():
+        if args.only and name != args.only:
+            continue
+        result = score(corpus)
+        print("\n".join(render(name, about, corpus, result, args.verbose)))
+        print()
+    print("in-sample figures describe fit to the logs the rules were made from; out-of-sample figures")
+    print("are the estimate of how the kit reads logs it has not seen.")
     return 0
 
 

@@ -8,6 +8,8 @@ rank 1 blocked before the rendezvous) N times, and reports per run:
   quiet   time between the last log line (or activity) and the HUNG verdict
   window  the init stall window in force (the goal: quiet <= window + 5 s)
   total   wall time of the whole command (start-up, hang, stacks, cleanup)
+  shape   the activity the verdict rests on (a rank blocked before the rendezvous: quiet) and the
+          causes it puts first
 
 The failing deployment's hang ran for over ten minutes before anyone knew; the goal is a named
 cause within a minute. Exit code 0 either way: this measures, it does not gate.
@@ -71,6 +73,9 @@ def main() -> None:
         phase = result["phase"] or "-"
         row = f"{run:>3}  {result['verdict']:8} {phase:6} {quiet:8.1f} {window:9.1f} {wall:8.1f}"
         print(f"{row}  waiting {waiting} / missing {missing}")
+        shape = (result.get("activity") or {}).get("shape") or "-"
+        causes = ", ".join(c["id"] for c in result.get("likely_causes", [])[:3]) or "-"
+        print(f"     activity {shape}; causes {causes}")
     worst = max(quiets)
     ratio = worst / (window + SLACK_S)
     status = "PASS" if worst <= window + SLACK_S else "ABOVE GOAL"

@@ -1,15 +1,17 @@
-"""Preflight beside a full start-up: what the ten-second NCCL check costs next to `kit up`.
+"""Preflight beside a full start-up: what SGLang's own group init, alone, costs next to `kit up`.
 
     flock /tmp/kit-docker.lock .venv/bin/python benchmarks/preflight_bench.py [--runs N] [--no-up]
 
 Runs, against the CPU rehearsal image, as a person would (the CLI in a subprocess, wall clock from
 the command's start to its exit, container start and removal included):
 
-  preflight  `kit preflight --image sglang-0.5.23-cpu --tp 2 --json`, N times (goal: <= 10 s each)
+  preflight  `kit preflight tiny --json`, N times
   up         `kit up tiny --json` once: the real SGLang server to READY and its first token
 
 and prints each figure, the preflight's own step times from its result (launch = the container's
-Python and `import torch`), and the ratio. Exit code 0 either way: this measures, it does not gate.
+Python and `import torch`; setup = `import sglang`, its parser and `_set_envs_and_config`, which the
+server pays too), and the ratio (goal: a preflight costs at most half a start-up). Exit code 0
+either way: this measures, it does not gate.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-GOAL_S = 10.0
-IMAGE = "sglang-0.5.23-cpu"
+GOAL_RATIO = 0.5
+"""A preflight costs at most this share of a full `kit up tiny`."""
 
 
 def timed(argv: list[str], timeout: float) -> tuple[dict, float, int]:
@@ -47,9 +49,9 @@ def main() -> None:
     args = parser.parse_args()
 
     walls = []
-    print(f"kit preflight --image {IMAGE} --tp 2 (goal: <= {GOAL_S:.0f} s end to end)")
+    print(f"kit preflight tiny (goal: <= {GOAL_RATIO:.0%} of kit up tiny, end to end)")
     for run in range(1, args.runs + 1):
-        result, wall, code = timed(["preflight", "--image", IMAGE, "--tp", "2"], timeout=300)
+        result, wall, code = timed(["preflight", "tiny"], timeout=600)
         walls.append(wall)
         steps = ", ".join(
             f"{s['step']} {s['seconds']:.2f}" for s in result["steps"] if s["seconds"] is not None
@@ -60,10 +62,7 @@ def main() -> None:
             f"kit's own measure {result['seconds']:.2f} s; steps (s): {steps}; peak busbw {peak:.3f} GB/s"
         )
     median = statistics.median(walls)
-    print(
-        f"  median {median:.2f} s, max {max(walls):.2f} s: "
-        f"{'within' if max(walls) <= GOAL_S else 'OVER'} the goal"
-    )
+    print(f"  median {median:.2f} s, max {max(walls):.2f} s")
 
     if args.no_up:
         return
@@ -72,7 +71,11 @@ def main() -> None:
     first = result.get("first_token_s")
     print(f"kit up tiny: {result['verdict'].upper()} (exit {code}) in {wall:.2f} s wall", end="")
     print(f" (start-up {startup:.1f} s, first token {first:.2f} s)" if startup and first else "")
-    print(f"ratio: a preflight costs {median / wall:.0%} of a full start-up ({wall / median:.1f}x faster)")
+    ratio = median / wall
+    print(
+        f"ratio: a preflight costs {ratio:.0%} of a full start-up ({wall / median:.1f}x faster): "
+        f"{'within' if ratio <= GOAL_RATIO else 'OVER'} the goal"
+    )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@
 
 Library code raises these; only the CLI edge turns them into a line on stderr and an exit code.
 Third-party errors (docker, pydantic, httpx) are translated where they happen, `from exc`.
+
+EXITS is the one table of exit codes: every command's --help prints its rows (kit/cli/exits.py),
+docs/cli.md shows all of them, and tests/test_cli_help.py holds both to it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -22,6 +26,35 @@ class ExitCode(IntEnum):
     HUNG = 4
     DEADLINE = 5
     INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Exit:
+    """One row of the table: a code, the one word help and docs print for it, what it means."""
+
+    code: ExitCode
+    word: str
+    meaning: str
+
+
+# Start-up verdicts (READY, CRASHED, HUNG, DEADLINE) are the words `kit up`, `kit watch`, `kit analyze`,
+# `kit smoke`, `kit repro` and bundles print; 0 and 1 carry a second word for commands that judge
+# no start-up. A command prints one word per code.
+EXITS: tuple[Exit, ...] = (
+    Exit(ExitCode.OK, "READY", "start-up reached ready (and answered the first token when asked)"),
+    Exit(ExitCode.OK, "OK", "done: what the command checks passed"),
+    Exit(ExitCode.FAILED, "CRASHED", "the server crashed before ready, or the first token failed"),
+    Exit(ExitCode.FAILED, "FAILED", "a check ran and said no, or what the kit tried failed"),
+    Exit(ExitCode.USAGE, "USAGE", "bad input: one line names the field and the fix"),
+    Exit(
+        ExitCode.ENVIRONMENT, "ENVIRONMENT", "the machine lacks something: engine, image, GPU, tool, network"
+    ),
+    Exit(ExitCode.HUNG, "HUNG", "start-up stopped before ready, no crash (quiet, or the log ends there)"),
+    Exit(ExitCode.DEADLINE, "DEADLINE", "a start-up phase ran past its deadline while still moving"),
+    Exit(ExitCode.INTERRUPTED, "INTERRUPTED", "Ctrl-C or SIGTERM; what the command started is removed"),
+)
+
+EXIT_BY_WORD: dict[str, Exit] = {row.word: row for row in EXITS}
 
 
 class KitError(Exception):

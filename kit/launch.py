@@ -114,7 +114,7 @@ def resolve_full(
     hardware = catalog.hardware.get(target_def.hardware) if target_def.hardware else None
 
     device = manifest.flavor
-    gpus = target_def.gpus if device == "cuda" else 0
+    gpus = target_def.gpus_for(profile) if device == "cuda" else 0
     translation = translate(
         dialect,
         intent_of(profile, model, device),
@@ -172,6 +172,7 @@ def resolve_full(
             stall_windows=profile.timing.stall_windows.model_dump(),
             cpu_progress_in=profile.timing.cpu_progress_in,
         ),
+        smoke=profile.smoke.model_dump(mode="json"),
         notes=tuple(notes),
     )
     return Resolved(

@@ -8,14 +8,13 @@ read from the caller's environment at run time and never written anywhere.
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from kit.errors import InputError
 
 PHASES = ("init", "load", "memory", "capture", "warmup")
-DEADLINE_KEYS = (*PHASES, "first_token")
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 
 
@@ -46,6 +45,9 @@ class LaunchSpec(BaseModel):
     device: Literal["cuda", "cpu"]
     gpus: int
     """GPUs requested (0 on CPU)."""
+    gpu_devices: tuple[str, ...] = ()
+    """Which host GPUs (NVML indices or UUIDs, --gpus / KIT_GPUS), as many as `gpus`; empty: the
+    engine's first `gpus` (kit.runtime.host.gpus.choose_gpus)."""
     ranks: int
     """Scheduler processes that log start-up milestones (tp x pp x dp)."""
     argv: tuple[str, ...]
@@ -70,6 +72,9 @@ class LaunchSpec(BaseModel):
     cap_add: tuple[str, ...] = ()
     labels: dict[str, str] = {}
     timing: Timing
+    smoke: dict[str, Any] = {}
+    """The profile's smoke section (kit.catalog Smoke, as data): what `kit smoke` and tests/smoke ask
+    of the server after READY."""
     health_path: str = "/health_generate"
     notes: tuple[str, ...] = ()
     """Facts about how this spec was made that a person should see (renames applied, emulation)."""

@@ -2,8 +2,8 @@
 
 In CI (CI=true) a skipped `docker` test is a failure: CI installs and starts the engine and builds
 the rehearsal image, so a skip there means the set-up broke, not that the test does not apply.
-`gpu` tests are exempt: CI has no GPU and they skip with a reason naming what is missing (a GPU
-runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
+`gpu` and `full_model` tests are exempt: CI has no GPU and they skip with a reason naming what is
+missing (a GPU runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from kit.testing.plugin import skip_reason
+from kit.testing.plugin import needs_gpu, skip_reason
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -21,7 +21,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    if IN_CI and report.skipped and item.get_closest_marker("docker") and not item.get_closest_marker("gpu"):
+    if IN_CI and report.skipped and item.get_closest_marker("docker") and not needs_gpu(item):
         report.outcome = "failed"
         report.longrepr = f"a docker test skipped in CI, which must run it: {skip_reason(report)}"
 

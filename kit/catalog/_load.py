@@ -121,6 +121,15 @@ def parse_model_file(path: Path) -> CatalogModel:
             Profile.model_validate(table)
         except ValidationError as exc:
             raise translate(path, exc, Profile, ("profiles", name)) from exc
+    for name, table in profiles.items():
+        reference = (table.get("smoke") or {}).get("greedy_reference")
+        if reference is not None and (reference not in profiles or profiles[reference].get("speculative")):
+            plain = [p for p, t in profiles.items() if not t.get("speculative")]
+            raise InputError(
+                f"{path}: profiles.{name}.smoke.greedy_reference",
+                f"'{reference}' is not a profile of this model without speculative decoding",
+                f"one of: {', '.join(plain) or 'none'}",
+            )
     for name, target in parsed.targets.items():
         if target.profile not in profiles:
             raise InputError(

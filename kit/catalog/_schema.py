@@ -143,15 +143,29 @@ class Container(_Strict):
         return value
 
 
+def _autotune_as_capture(data: object) -> object:
+    """`autotune` (FlashInfer's autotune before capture) defaults to capture's seconds."""
+    if isinstance(data, dict) and data.get("autotune") is None and "capture" in data:
+        return {**data, "autotune": data["capture"]}
+    return data
+
+
 class Deadlines(_Strict):
     """Seconds a whole phase may take."""
 
     init: Seconds
     load: Seconds
     memory: Seconds
+    autotune: Seconds
+    """FlashInfer's autotune between the memory pool and capture; capture's deadline when absent."""
     capture: Seconds
     warmup: Seconds
     first_token: Seconds
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autotune_default(cls, data: object) -> object:
+        return _autotune_as_capture(data)
 
 
 class StallWindows(_Strict):
@@ -160,11 +174,18 @@ class StallWindows(_Strict):
     init: Seconds
     load: Seconds
     memory: Seconds
+    autotune: Seconds
+    """Capture's window when absent."""
     capture: Seconds
     warmup: Seconds
 
+    @model_validator(mode="before")
+    @classmethod
+    def _autotune_default(cls, data: object) -> object:
+        return _autotune_as_capture(data)
 
-Stage = Literal["launch", "init", "load", "memory", "capture", "warmup"]
+
+Stage = Literal["launch", "init", "load", "memory", "autotune", "capture", "warmup"]
 
 
 class Timing(_Strict):
@@ -181,6 +202,31 @@ class Timing(_Strict):
             if window > getattr(self.deadlines, phase):
                 raise ValueError(f"stall_windows.{phase}: longer than the {phase} deadline")
         return self
+
+
+class Smoke(_Strict):
+    """What the smoke checks ask of a started server beyond its first token (`kit smoke`, tests/smoke).
+
+    A speculative decoder that emits wrong tokens still answers with a first token; these catch it
+    after READY: the greedy answer against the non-speculative profile's, SGLang's own acceptance
+    length against a floor, one structured-output request, one tool call, and a serving window.
+    """
+
+    greedy_tokens: Annotated[int, Field(gt=0, le=256)] = 16
+    """Greedy (temperature 0) tokens of the fixed prompt compared token for token."""
+    greedy_reference: str | None = None
+    """Speculative profiles: the profile of this model whose greedy answer they must reproduce (on the
+    same image and TP). Unset: 'base' where the model has a non-speculative profile of that name.
+    Read only while the profile decodes speculatively (`--set speculative=none` leaves it unused)."""
+    min_accept_length: Annotated[float, Field(ge=1.0, le=64)] | None = None
+    """Speculative profiles: the floor for SGLang's average acceptance length (accepted draft tokens
+    + 1 per verify step, so never below 1.0 when it works). Unset: 1.0."""
+    serving_window_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    """Seconds of back-to-back requests after the other checks; the server must still be serving."""
+    tool_call_overrides: tuple[str, ...] = ()
+    """--set overrides for a separate start that serves the tool call (the CPU rehearsal: its reasoning
+    parser reads every random token as reasoning, and SGLang starts a tool call's grammar only after
+    the reasoning ends). Empty: the tool call runs on the same server as the other checks."""
 
 
 AttentionBackend = Literal[
@@ -221,6 +267,7 @@ class Profile(_Strict):
     """Flags no intent covers yet, passed through (renamed/removed ones are still rewritten)."""
     container: Container = Container()
     timing: Timing
+    smoke: Smoke = Smoke()
 
     @field_validator("env")
     @classmethod
@@ -245,10 +292,15 @@ class Target(_Strict):
 
     profile: str
     image: str
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpus: Annotated[int, Field(ge=0, le=64)] | Literal["tp"] = 0
+    """GPUs per node; "tp": as many as the profile's TP per node, so `--set tp=N` takes N GPUs."""
     hardware: str | None = None
     """A key of kit/catalog/hardware.toml; GPU targets name one."""
     description: str = ""
+
+    def gpus_for(self, profile: Profile) -> int:
+        """GPUs per node this target takes with PROFILE (after overrides)."""
+        return max(profile.tp // profile.nnodes, 1) if self.gpus == "tp" else self.gpus
 
     @model_validator(mode="after")
     def _gpu_targets_name_hardware(self) -> Target:

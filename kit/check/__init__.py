@@ -76,6 +76,9 @@ class CheckResult:
     """The parser run (subprocess start to result)."""
     setup_seconds: float
     """Creating the venv (0 when it was cached)."""
+    load_not_run: str | None = None
+    """Why the attention-registry check at model load did not run, when it was due (the verdict is
+    then the parser's alone); None when it ran or was not due."""
 
 
 def _deps(version: str) -> tuple[str, list[str]]:
@@ -394,6 +397,13 @@ def check(
     seconds = time.monotonic() - started
     if data.get("internal"):
         raise KitError(f"the check itself failed in {where}: {data.get('error_type')}: {data.get('error')}")
+    load = data.get("load") or {}
+    if load.get("unknown"):  # the release reads what the stand-in ModelRunner lacks: no verdict
+        raise KitError(
+            f"the check could not decide in {where}: SGLang's attention registry read "
+            f"{', '.join(load['unknown'])} from the kit's stand-in ModelRunner, which does not provide it",
+            hint="kit/check/driver.py _Runner must learn what the release's ModelRunner holds there",
+        )
     return CheckResult(
         target=target,
         image=r.spec.image,
@@ -411,4 +421,5 @@ def check(
         env=dict(r.spec.env),
         seconds=round(seconds, 2),
         setup_seconds=round(setup, 1),
+        load_not_run=str(load.get("why")) if load and not load.get("ran") else None,
     )

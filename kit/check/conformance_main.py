@@ -1,5 +1,7 @@
 """`scripts/conformance`: run the conformance matrix, write docs/conformance.md, exit 1 on any disagreement.
 
+Unverified and not-run cells are counted and listed apart from agreement; they do not fail the run.
+
 scripts/conformance                    the full matrix (every release in kit/check/matrix.toml)
 scripts/conformance --ci               the CI subset (one release per dialect, the groups that ever disagreed)
 scripts/conformance --release 0.5.23 --group mamba --jobs 2 --out -
@@ -98,6 +100,7 @@ def main(releases, groups, ci, jobs, out, as_json) -> None:
                 "cells": report.ran,
                 "releases": list(report.releases),
                 "disagreements": len(bad),
+                "counts": report.counts(),
                 "outcomes": [
                     {
                         "release": o.release,
@@ -114,9 +117,11 @@ def main(releases, groups, ci, jobs, out, as_json) -> None:
     else:
         for o in bad:
             console.print(f"[red]≠[/] {o.release} {o.cell.key}: {o.detail}")
+        n = report.counts()
         console.print(
             f"conformance: {report.ran} cells on {len(report.releases)} releases in "
-            f"{time.monotonic() - started:.0f} s, {len(bad)} disagreements"
+            f"{time.monotonic() - started:.0f} s: {n['agree']} agree, {n['unverified']} unverified, "
+            f"{n['not run']} not run, {len(bad)} disagreements"
             + (f"; table: {out}" if out and out != "-" else "")
         )
     sys.exit(ExitCode.FAILED if bad else ExitCode.OK)

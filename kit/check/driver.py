@@ -332,7 +332,9 @@ _REGISTRY = "sglang.srt.layers.attention.attention_registry"
 
 class _Runner:
     """What the attention registry reads from a ModelRunner: the parsed args, the model config,
-    whether the model is a hybrid linear-attention one, and the resolved backend pair."""
+    whether the model is a hybrid linear-attention one, and the resolved backend pair. Reading any
+    other attribute is recorded and raises (getattr defaults and hasattr included): a stand-in that
+    answered None would decide the cell on a value no ModelRunner holds."""
 
     def __init__(self, parsed, values: dict, model_config, text_config):
         self.server_args = parsed
@@ -347,13 +349,12 @@ class _Runner:
         attention = values.get("attention_backend")
         self.prefill_attention_backend_str = values.get("prefill_attention_backend") or attention
         self.decode_attention_backend_str = values.get("decode_attention_backend") or attention
-        self.guessed: list[str] = []
+        self.unknown: list[str] = []
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        self.guessed.append(name)  # reported, so a release that reads more is visible
-        return None
+        if not name.startswith("__"):
+            self.unknown.append(name)  # fails the cell: the release reads what the stand-in lacks
+        raise AttributeError(f"the kit's stand-in ModelRunner has no '{name}'")
 
 
 def _load_stage(parsed, values: dict) -> dict:
@@ -383,11 +384,15 @@ def _load_stage(parsed, values: dict) -> dict:
     runner = _Runner(parsed, values, model_config, text_config)
     try:
         wrapper(runner, _NoOp("full_attn_backend"))
+        stage = {"ran": True, "accepted": True}
     except AssertionError as exc:
-        return {"ran": True, "accepted": False, "error": str(exc), "guessed": runner.guessed}
+        stage = {"ran": True, "accepted": False, "error": str(exc)}
     except Exception as exc:
-        return {"ran": False, "why": f"{type(exc).__name__}: {exc}"[:300], "guessed": runner.guessed}
-    return {"ran": True, "accepted": True, "guessed": runner.guessed}
+        stage = {"ran": False, "why": f"{type(exc).__name__}: {exc}"[:300]}
+    if runner.unknown:  # whatever happened rested on an attribute the stand-in does not have
+        unknown = sorted(set(runner.unknown))
+        return {"ran": False, "why": f"the stand-in runner lacks {', '.join(unknown)}", "unknown": unknown}
+    return stage
 
 
 def _noop_module(name: str) -> types.ModuleType:

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from kit.errors import ExitCode, KitError
+from kit.cli.exits import epilog
+from kit.errors import EXITS, ExitCode, KitError
 from kit.output import err_console
 
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
@@ -27,6 +28,7 @@ _COMMAND_MODULES = (
     "kit.cli.analyze",
     "kit.cli.scenario",
     "kit.cli.pivot",
+    "kit.cli.host",  # cache show/clear
 )
 
 
@@ -34,6 +36,12 @@ _COMMAND_MODULES = (
 @click.version_option(package_name="sglang-kit", prog_name="kit")
 def cli() -> None:
     """Reproducible SGLang serving: pinned images, checked profiles, live start-up phases, hang verdicts."""
+
+
+# `kit --help` shows the whole table; each command shows the rows it can end with (kit/cli/exits.py).
+cli.epilog = epilog(tuple(row.word for row in EXITS)).replace(
+    "Exit codes:", "Exit codes (each command lists its own):"
+)
 
 
 def _register() -> None:

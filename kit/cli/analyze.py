@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kit.cli import cli
+from kit.cli.exits import DOCUMENT, exits
 from kit.errors import InputError
 from kit.logs import AnalysisReport, analyze_path, analyze_text
 from kit.output import show
@@ -17,6 +18,7 @@ from kit.output import show
 _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
 
 
+@exits("READY", "CRASHED", "HUNG", "USAGE", json=DOCUMENT)
 @cli.command()
 @click.argument("logfile")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
@@ -24,8 +26,9 @@ def analyze(logfile: str, as_json: bool) -> None:
     """Analyse an SGLang server log (a file, a bundle from kit bundle create, or - for stdin).
 
     A log holding several starts (journald of a restarting unit, an appended file) is split into
-    launch attempts; the last one is judged. Exit codes by outcome, as `kit up`: 0 READY,
-    1 CRASHED, 4 HUNG (the log ends before ready, with no crash); 2 when the log cannot be read.
+    launch attempts; the last one is judged, in `kit up`'s words and exit codes: a log that ends
+    before ready without a crash is HUNG (offline, nobody can measure how long it was quiet).
+    A log that cannot be read is USAGE.
     """
     if logfile == "-":
         try:

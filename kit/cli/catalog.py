@@ -14,6 +14,8 @@ import click
 from rich.console import Console
 
 from kit.cli import cli
+from kit.cli.exits import DOCUMENT, PLAIN, exits
+from kit.cli.host import gpu_access_option, gpus_option
 from kit.output import err_console, show
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,9 +57,12 @@ def target_options(func: F | None = None, *, required: bool = True, many: bool =
 
 
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")(
+        func
+    )
 
 
+@exits(*PLAIN, json=DOCUMENT)
 @cli.command("targets")
 @json_option
 def targets_cmd(as_json: bool) -> None:
@@ -65,16 +70,32 @@ def targets_cmd(as_json: bool) -> None:
     from kit.catalog import load_catalog
 
     catalog = load_catalog()
+    # gpus = "tp": the GPUs the profile's own TP takes (`--set tp=N` changes both).
     rows = [
-        {"target": name, "model": model, "profile": t.profile, "image": t.image, "gpus": t.gpus}
+        {
+            "target": name,
+            "model": model,
+            "profile": t.profile,
+            "image": t.image,
+            "gpus": t.gpus_for(catalog.models[model].profile(t.profile)),
+            "gpus_follow_tp": t.gpus == "tp",
+        }
         for name, (model, t) in sorted(catalog.targets.items())
     ]
 
+    def gpus(row: dict) -> str:
+        if not row["gpus"]:
+            return ""
+        count = f"{row['gpus']} GPU" + ("s" if row["gpus"] > 1 else "")
+        return f"  ({count}, --set tp=N for N)" if row["gpus_follow_tp"] else f"  ({count})"
+
     def human(rows: list[dict], out: Console) -> None:
+        columns = ("target", "model", "profile")
+        width = {key: max((len(row[key]) for row in rows), default=0) for key in columns}
         for row in rows:
             out.print(
-                f"{row['target']:<12} {row['model']:<20} {row['profile']:<6} {row['image']}"
-                + (f"  ({row['gpus']} GPUs)" if row["gpus"] else ""),
+                f"{row['target']:<{width['target']}} {row['model']:<{width['model']}} "
+                f"{row['profile']:<{width['profile']}} {row['image']}" + gpus(row),
                 markup=False,
                 highlight=False,
             )
@@ -82,13 +103,14 @@ def targets_cmd(as_json: bool) -> None:
     show(rows, as_json=as_json, human=human)
 
 
+@exits("OK", "FAILED", "USAGE", json=DOCUMENT)
 @cli.command()
 @target_options
 @json_option
 def validate(target: str, image: str | None, overrides: tuple[str, ...], as_json: bool) -> int:
     """Check TARGET on an image in under a second: parallelism, memory fit, the release's rules, pitfalls.
 
-    Exit 0 when nothing is an error (warnings allowed), 1 when something is, 2 for bad input.
+    OK when nothing is an error (warnings allowed), FAILED when something is.
     """
     from kit.validate import validate as run_validate
 
@@ -130,6 +152,7 @@ def _validate_human(report: Any, out: Console) -> None:
         out.print(f"note: {note}", markup=False, highlight=False)
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @cli.command()
 @target_options
 @click.option(
@@ -142,7 +165,8 @@ def check(target: str, image: str | None, overrides: tuple[str, ...], in_image: 
     """Run TARGET's launch through the image's own SGLang argument parser (ServerArgs and its rules).
 
     Uses a venv per SGLang version under the kit's cache (created on first use: minutes), or the
-    image itself with --in-image. Exit 0 when SGLang accepts the launch, 1 when it refuses it.
+    image itself with --in-image. OK when SGLang accepts the launch, FAILED when it refuses it; an
+    unknown target or a bad --set is USAGE, as for every command that takes TARGET.
     """
     from kit.check import check as run_check
 
@@ -171,6 +195,12 @@ def _check_human(result: Any, out: Console) -> None:
             f"{k}={v}" for k, v in result.resolved.items() if v is not None and k != "model_path"
         )
         out.print(f"resolved: {shown}", markup=False, highlight=False)
+        if result.load_not_run:
+            out.print(
+                f"(the parser's answer alone: the load-stage check did not run: {result.load_not_run})",
+                markup=False,
+                highlight=False,
+            )
     if result.emulated:
         e = result.emulated
         out.print(
@@ -212,21 +242,26 @@ class _Progress:
         self.step = step
 
 
+@exits(*PLAIN)
 @cli.group()
 def render() -> None:
     """Print a target's launch as SGLang argv, docker run, Compose, systemd or Kubernetes LWS."""
 
 
-def _spec(target: str, image: str | None, overrides: tuple[str, ...]):
+def _spec(target: str, image: str | None, overrides: tuple[str, ...], *, host_gpus: bool = False, gpus=None):
+    """The target's launch; with host_gpus, on the GPUs --gpus (GPUS) or KIT_GPUS chooses."""
     from kit.launch import resolve
+    from kit.runtime.host import with_gpus
 
-    return resolve(target, image=image, overrides=overrides)
+    spec = resolve(target, image=image, overrides=overrides)
+    return with_gpus(spec, gpus) if host_gpus else spec
 
 
 def _print(text: str) -> None:
     click.echo(text, nl=False)
 
 
+@exits(*PLAIN, json=DOCUMENT)
 @render.command("sglang")
 @target_options
 @json_option
@@ -241,31 +276,43 @@ def render_sglang(target: str, image: str | None, overrides: tuple[str, ...], as
         _print(render_sglang(spec))
 
 
+@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @render.command("docker")
 @target_options
-@click.option("--diagnose", is_flag=True, help="Add SYS_PTRACE so py-spy can read the ranks' stacks.")
+@gpus_option
+@gpu_access_option("auto")
+@click.option("--diagnose", is_flag=True, hidden=True, help="Kept for old scripts: SYS_PTRACE is always on.")
 @json_option
 def render_docker(
-    target: str, image: str | None, overrides: tuple[str, ...], diagnose: bool, as_json: bool
+    target: str,
+    image: str | None,
+    overrides: tuple[str, ...],
+    gpus: str | None,
+    gpu_access: str,
+    diagnose: bool,
+    as_json: bool,
 ) -> None:
-    """The `docker run` line (and with --json the docker SDK arguments) `kit up` uses."""
-    from kit.render.docker import docker_run_argv, docker_run_line, run_kwargs
+    """The `docker run` line (and with --json the docker SDK arguments) `kit up` uses: SYS_PTRACE,
+    the compile-cache volume, and the GPUs the way this host gives them (--gpu-access)."""
+    from kit.render.docker import chosen_way, docker_run_argv, docker_run_line, run_kwargs
 
-    spec = _spec(target, image, overrides)
-    if diagnose:
-        spec = spec.model_copy(update={"cap_add": (*spec.cap_add, "SYS_PTRACE")})
+    spec = _spec(target, image, overrides, host_gpus=True, gpus=gpus)
+    way = chosen_way(spec, gpu_access)
     if as_json:
         show(
-            {"argv": docker_run_argv(spec), "sdk_kwargs": run_kwargs(spec, diagnose=diagnose)},
+            {"argv": docker_run_argv(spec, way=way), "sdk_kwargs": run_kwargs(spec, way=way)},
             as_json=True,
             human=lambda *_: None,
         )
     else:
-        _print(docker_run_line(spec) + "\n")
+        _print(docker_run_line(spec, way=way) + "\n")
 
 
+@exits(*PLAIN)
 @render.command("compose")
 @target_options(many=True)
+@gpus_option
+@gpu_access_option("request")
 @click.option(
     "--build-context",
     default=".",
@@ -274,30 +321,48 @@ def render_docker(
     help="The repository root as the file will see it (build: context), for a file kept elsewhere.",
 )
 def render_compose(
-    targets: tuple[str, ...], image: str | None, overrides: tuple[str, ...], build_context: str
+    targets: tuple[str, ...],
+    image: str | None,
+    overrides: tuple[str, ...],
+    gpus: str | None,
+    gpu_access: str,
+    build_context: str,
 ) -> None:
     """A Compose file with a service per TARGET (default: every catalog target, i.e. compose.yaml).
 
-    Each service builds its pinned image from the Dockerfile when missing and never pulls it.
-    Publishing beyond 127.0.0.1 (--set container.publish_address=0.0.0.0) needs an API key variable
-    (--set container.api_key_env=KIT_API_KEY); without one this exits 2.
+    Each service builds its pinned image from the Dockerfile when missing and never pulls it, gets
+    SYS_PTRACE and the compile-cache volume, and its GPUs by --gpu-access (default: the portable
+    device request; `cdi` needs Compose 2.30+). Publishing beyond 127.0.0.1 (--set
+    container.publish_address=0.0.0.0) needs an API key variable (--set
+    container.api_key_env=KIT_API_KEY); without one it is refused (USAGE).
     """
     from kit.launch import list_targets
     from kit.render.compose import render_compose
+    from kit.render.docker import chosen_way
 
     names = targets or tuple(list_targets())
-    _print(render_compose([_spec(name, image, overrides) for name in names], context=build_context))
+    specs = [_spec(name, image, overrides, host_gpus=True, gpus=gpus) for name in names]
+    ways = {spec.target: way for spec in specs if (way := chosen_way(spec, gpu_access)) is not None}
+    _print(render_compose(specs, context=build_context, ways=ways))
 
 
+@exits("OK", "USAGE", "ENVIRONMENT")
 @render.command("systemd")
 @target_options
-def render_systemd(target: str, image: str | None, overrides: tuple[str, ...]) -> None:
-    """A systemd unit that runs the server container in the foreground."""
+@gpus_option
+@gpu_access_option("auto")
+def render_systemd(
+    target: str, image: str | None, overrides: tuple[str, ...], gpus: str | None, gpu_access: str
+) -> None:
+    """A systemd unit that runs the server container in the foreground (as `kit render docker`)."""
+    from kit.render.docker import chosen_way
     from kit.render.systemd import render_systemd
 
-    _print(render_systemd(_spec(target, image, overrides)))
+    spec = _spec(target, image, overrides, host_gpus=True, gpus=gpus)
+    _print(render_systemd(spec, way=chosen_way(spec, gpu_access)))
 
 
+@exits(*PLAIN)
 @render.command("lws")
 @target_options
 @click.option("--nodes", type=click.IntRange(1, 64), default=None, help="Pods per group (default: nnodes).")

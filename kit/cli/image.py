@@ -8,15 +8,18 @@ from pathlib import Path
 import click
 
 from kit.cli import cli
+from kit.cli.exits import DOCUMENT, PLAIN, exits
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
 
+@exits(*PLAIN)
 @cli.group()
 def image() -> None:
     """Pinned SGLang images: one manifest each in images/."""
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @image.command("build")
 @click.argument("name")
 @click.option(
@@ -33,7 +36,7 @@ def image() -> None:
     help="Folder with a local torch wheel (default: your pip's find-links folders).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def build(
     name: str,
     ca_bundle: Path | None,
@@ -121,6 +124,7 @@ class _BuildProgress:
                     err_console().print(line, markup=False, highlight=False)
 
 
+@exits(*PLAIN)
 @image.command("bases", hidden=True)
 @click.option("--debootstrap", is_flag=True, help="Only bases bootstrap can make from Debian packages.")
 def bases(debootstrap: bool) -> None:
@@ -140,8 +144,9 @@ def _yes_no(built: bool | None) -> str:
     return "?" if built is None else ("yes" if built else "no")
 
 
+@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON document.")
 def list_images(as_json: bool) -> None:
     """Every manifest in images/, with its main pins and whether it is built here."""
     from kit.images.inspect import image_info_if_engine
@@ -169,9 +174,12 @@ def _human_list(rows, out) -> None:
         out.print("built: ? = no Docker engine answered", style="dim")
 
 
+@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest and image facts as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the manifest and image facts as one JSON document."
+)
 def show_image(name: str, as_json: bool) -> None:
     """The pins of images/NAME.toml and, if built here, the image's id, size, date and labels."""
     from kit.images.build import build_args
@@ -218,6 +226,7 @@ def _human_show(result, out) -> None:
             out.print(f"[yellow]label differs from the manifest:[/] {line} (rebuild it)")
 
 
+@exits(*PLAIN)
 @image.command("build-args")
 @click.argument("name")
 @click.option(
@@ -243,6 +252,7 @@ def build_args_cmd(name: str, fmt: str) -> None:
         click.echo(f"{key}={value}")
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @image.command("verify")
 @click.argument("name")
 @click.option(
@@ -260,15 +270,15 @@ def build_args_cmd(name: str, fmt: str) -> None:
     show_default=True,
     help="Seconds the all_reduce may take, process start to result.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def verify(name: str, gpus: str, collective_timeout: float, as_json: bool) -> None:
     """Check inside kit/sglang:NAME that torch, CUDA, NCCL, sglang, flashinfer, sglang-kernel, py-spy
     and the compiled arch list match images/NAME.toml, and that it runs: sgl_kernel and flashinfer
     import, one sgl_kernel op and a matmul per GPU match torch, an all_reduce over every GPU (NCCL;
     gloo over 2 CPU ranks in the CPU image) finishes in time.
 
-    Each check is ok, DRIFT or not checked (with why). Exit 0: every check ran and matched, or only
-    the GPU checks were turned off with --gpus none. Exit 1: drift. Exit 3: no drift, but checks
+    Each check is ok, DRIFT or not checked (with why). OK: every check ran and matched, or only the
+    GPU checks were turned off with --gpus none. FAILED: drift. ENVIRONMENT: no drift, but checks
     could not run (a GPU image without GPUs), or the image is not built.
     """
     from kit.errors import CheckFailed, EnvironmentProblem
@@ -330,10 +340,11 @@ def _human_verify(result, out) -> None:
     out.print(f"{verdict} ({result.seconds:.1f} s)")
 
 
+@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("diff")
 @click.argument("a")
 @click.argument("b")
-@click.option("--json", "as_json", is_flag=True, help="Print the difference as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the difference as one JSON document.")
 def diff(a: str, b: str, as_json: bool) -> None:
     """Python packages added, removed and changed from image A to image B (their build-time locks).
 
@@ -385,3 +396,89 @@ def _human_diff(result, out) -> None:
         f"{result.unchanged} the same",
         markup=False,
     )
+
+
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
+@image.command("resolve")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=30),
+    default=900,
+    show_default=True,
+    help="Seconds pip may take per image.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document: a list, one report per image."
+)
+def resolve(names: tuple[str, ...], timeout_s: float, as_json: bool) -> None:
+    """Before building: do the pins of each GPU manifest (default: every cuda one) install together
+    for the image's platform (pip's resolver, dry run, linux x86_64, the image's Python and glibc, the
+    indexes the build uses), and does the base image's CUDA meet what torch asks for?
+
+    OK: every image resolves. FAILED: a conflict (pip refuses, a pin has no wheel, the base's CUDA
+    is too old). ENVIRONMENT: not verified, an index could not be reached (the report says which,
+    and what it checked instead; never a pass).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kit.errors import InputError
+    from kit.images.manifest import load_all, load_manifest
+    from kit.images.pipconfig import pip_defaults
+    from kit.images.resolve import resolve_image
+
+    manifests = [load_manifest(n) for n in names] or [m for m in load_all() if m.flavor == "cuda"]
+    for m in manifests:
+        if (
+            m.flavor != "cuda"
+        ):  # it installs sglang --no-deps beside pinned light packages: nothing to resolve
+            raise InputError(
+                "NAME",
+                f"{m.name} is a {m.flavor} image",
+                "name a cuda manifest: kit image list shows each flavor",
+            )
+    cert = pip_defaults().cert
+    with ThreadPoolExecutor(max_workers=max(1, len(manifests))) as pool:  # network-bound: in parallel
+        reports = list(pool.map(lambda m: resolve_image(m, cert=cert, timeout_s=timeout_s), manifests))
+    show(reports, as_json=as_json, human=_human_resolve)
+    codes = {r.exit_code for r in reports}
+    raise SystemExit(1 if 1 in codes else max(codes, default=0))
+
+
+_RESOLVE_MARK = {
+    "resolves": "[bold green]RESOLVES[/]",
+    "conflict": "[bold red]CONFLICT[/]",
+    "unverified": "[bold yellow]NOT VERIFIED[/]",
+    "unreachable": "[bold yellow]NOT CHECKED[/]",
+}
+
+
+def _human_resolve(reports, out) -> None:
+    from rich.markup import escape
+
+    for r in reports:
+        out.print(f"{_RESOLVE_MARK[r.status]} {r.image}: {escape(r.summary)}")
+        out.print(
+            f"  platform: linux x86_64, Python {r.python}, glibc {r.glibc} ({r.platforms[0]} .. "
+            f"{r.platforms[-1]}); pip {r.pip_version}; {r.seconds:.0f} s",
+            markup=False,
+            highlight=False,
+        )
+        for probe in r.indexes:
+            mark = "reached" if probe.reachable else "NOT REACHED"
+            out.print(f"  index {probe.url}: {mark} ({probe.detail})", markup=False, highlight=False)
+        if r.substituted:
+            out.print("  checked instead (their index could not be reached):", markup=False, highlight=False)
+        for line in r.substituted:
+            out.print(f"    {line}", markup=False, highlight=False)
+        for line in r.conflict + r.missing:
+            out.print(f"  pip: {line}", markup=False, highlight=False)
+        if r.cuda is not None:
+            out.print(f"  CUDA: {r.cuda.detail}", markup=False, highlight=False)
+        if r.resolved:
+            key = {"torch", "torchvision", "sglang", "sglang-kernel", "flashinfer-python", "cuda-toolkit"}
+            shown = ", ".join(f"{i.name} {i.version}" for i in r.resolved if i.name.lower() in key)
+            out.print(f"  {len(r.resolved)} distributions; {shown}", markup=False, highlight=False)
+        for note in r.notes:
+            out.print(f"  note: {note}", markup=False, highlight=False, style="dim")

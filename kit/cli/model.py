@@ -9,16 +9,19 @@ import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
+from kit.cli.exits import DOCUMENT, PLAIN, exits
 from kit.output import err_console, show
 
 PLAIN_EVERY_S = 10.0
 
 
+@exits(*PLAIN)
 @cli.group()
 def model() -> None:
     """Model files: fetch a hub model at its pinned commit into the HF cache, verify them."""
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @model.command("fetch")
 @target_options
 @click.option("--revision", metavar="COMMIT", help="Fetch this commit instead of the catalog's pin.")
@@ -35,7 +38,7 @@ def fetch_cmd(
     """Download TARGET's model (only the files a launch needs) into the HF cache its container mounts.
 
     Resumable: run it again after an interruption and it continues where it stopped. HF_TOKEN is
-    read from the environment. Exit 2: bad revision or token; 3: no network or no space; 130: interrupted.
+    read from the environment. A bad revision or token is USAGE; no network or no space ENVIRONMENT.
     """
     from kit.model import fetch
 
@@ -146,6 +149,7 @@ def plain_line(target: str, p, elapsed: float, first_done: int) -> str:
     )
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @model.command("verify")
 @target_options
 @click.option(
@@ -158,8 +162,8 @@ def verify_cmd(
     """Check TARGET's model files: every shard the index names is present, as large as the hub lists
     it, with a readable safetensors header; config and tokenizer files exist.
 
-    A model inside the image (the CPU rehearsal's) is checked inside the image. Exit 0 when all is
-    well, 1 naming the missing or broken files, 2 bad input, 3 no engine or image.
+    A model inside the image (the CPU rehearsal's) is checked inside the image. FAILED names the
+    missing or broken files; no engine or image is ENVIRONMENT.
     """
     from kit.model import verify
 
@@ -194,9 +198,13 @@ def _verify_human(report: Any, out) -> None:
     out.print(
         f"where: {report.where}; sizes from {report.sizes_from}", markup=False, highlight=False, style="dim"
     )
+    if report.pin is not None:
+        style = {"confirmed": "dim", "unconfirmed": "yellow", "unknown": "red"}[report.pin.status]
+        out.print(report.pin.line, markup=False, highlight=False, style=style)
     if report.ok:
         out.print(f"[bold green]OK[/] {report.model}: {len(report.files)} files, {ok_shards} shards")
     else:
         out.print(f"[bold red]BROKEN[/] {report.model}: ", end="")
-        out.print(describe(report.problems, limit=10), markup=False, highlight=False)
+        what = describe(report.problems, limit=10) if report.problems else report.pin.detail
+        out.print(what, markup=False, highlight=False)
         out.print(f"  fix: {report.fix}", markup=False, highlight=False)

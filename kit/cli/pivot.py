@@ -1,7 +1,7 @@
 """`kit preflight`, `kit doctor`, `kit bisect`: the diagnostic pivot (kit/pivot/), a few lines each.
 
-Exit codes as `kit up`: 0 ok, 1 failed or crashed, 4 hung, 5 deadline, 2 bad input, 3 missing engine
-or image, 130 interrupted. Doctor: 0 unless a check fails (1).
+Exit codes are rows of kit.errors.EXITS (each command's `@exits`, printed in its --help): a hung step
+is HUNG and a step past its deadline DEADLINE, as for `kit up`; doctor is OK unless a check fails.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from rich.text import Text
 
 from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
+from kit.cli.exits import DOCUMENT, LINES, exits
+from kit.cli.host import gpus_option
 from kit.cli.signals import interruptible
+from kit.cli.up import fault_option
 from kit.output import console, emit_json, jsonable
 
 _STYLE = {
@@ -222,6 +225,7 @@ def print_preflight(result: Any, out: Console) -> None:
     _line(out, f"  containers removed: {'yes' if result.containers_removed else 'NO (see kit ps)'}")
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "HUNG", "DEADLINE", "INTERRUPTED", json=LINES)
 @cli.command()
 @click.argument("target", required=False)
 @image_option
@@ -236,19 +240,17 @@ def print_preflight(result: Any, out: Console) -> None:
     "--no-retry", is_flag=True, help="On a hang, do not run the step again with NCCL_P2P_DISABLE=1."
 )
 @click.option("--deadline", multiple=True, metavar="STEP=SECONDS", help="Override a step's deadline.")
-@click.option(
-    "--fault", help="CPU rehearsal only, test-only: plant a fault (hang-init:rank=1, hang-p2p, ...)."
-)
+@fault_option("CPU rehearsal only, test-only: plant a fault (hang-init:rank=1, hang-p2p, ...).")
 @json_option
 def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault, as_json) -> None:
-    """In the image, N ranks: init, a checked all_reduce, P2P between every pair, an all_reduce sweep.
+    """In the image, N ranks: SGLang's own set-up and group init, a checked all_reduce, P2P between
+    every pair, an all_reduce sweep. NCCL_DEBUG=INFO whatever the profile says; --json names every
+    setting with its source (sglang, profile, kit).
 
     TARGET gives the container settings (GPUs, IPC, shm, ulimits; default: the first catalog target
     for the image, or for this host). Each step has its own deadline; on a hang the ranks' stacks
     are read and the step runs again with NCCL_P2P_DISABLE=1, so the verdict says "P2P" or "not P2P".
-
-    Exit codes: 0 ok, 1 failed or crashed, 4 hung, 5 deadline, 2 bad input, 3 missing engine or
-    image, 130 interrupted.
+    A step whose ranks crash or whose check says no is FAILED.
     """
     from kit.pivot.preflight import host_has_gpus, preflight_spec, run_preflight
 
@@ -308,23 +310,27 @@ def print_doctor(report: Any, out: Console) -> None:
     )
 
 
+@exits("OK", "FAILED", "USAGE", json=DOCUMENT)
 @cli.command()
 @click.argument("target", required=False)
 @image_option
 @set_option
+@gpus_option
 @json_option
 @click.option("--schema", "print_schema", is_flag=True, help="Print the JSON Schema of --json and exit.")
-def doctor(target, image, overrides, as_json, print_schema) -> None:
-    """Host checks for TARGET (or the host alone): driver, toolkit, GPUs, P2P, ACS, IOMMU, shm, memlock,
-    disk, the model in the HF cache, the port. Each: pass, warn, fail or not checked (with why), and
-    the fix. Exit 0 unless a check fails (1). --json follows docs/schema/doctor.json.
+def doctor(target, image, overrides, gpus, as_json, print_schema) -> None:
+    """Host checks for TARGET (or the host alone): driver, toolkit or CDI, GPUs, P2P, ACS, IOMMU, shm,
+    memlock, disk, the model in the HF cache, the port. Each: pass, warn, fail or not checked (with
+    why), and the fix; --gpus (or KIT_GPUS) narrows the GPU checks to those devices. OK unless a
+    check fails (FAILED; a warning or a check not run is still OK); an unknown TARGET is USAGE.
+    --json follows docs/schema/doctor.json.
     """
     from kit.pivot.doctor import run_doctor, schema
 
     if print_schema:
         click.echo(json.dumps(schema(), indent=2))
         return
-    report = run_doctor(target, image=image, overrides=overrides)
+    report = run_doctor(target, image=image, overrides=overrides, gpus=gpus)
     if as_json:
         emit_json(report.model_dump(mode="json"))
     else:
@@ -382,6 +388,8 @@ class BisectView:
     def trial(self, trial: Any) -> None:
         if self.as_json:
             emit_json({"type": "trial", **jsonable(trial)})
+        elif trial.verdict == "skipped" and trial.change != "as configured":
+            _line(self.out, f"== {trial.rung}: {trial.change} skipped: {trial.detail}", "dim")
         elif trial.ran:
             where = f" in {trial.phase}" if trial.phase and not trial.green else ""
             _line(
@@ -439,6 +447,7 @@ def print_bisect(result: Any, out: Console) -> None:
     )
 
 
+@exits("OK", "FAILED", "CRASHED", "USAGE", "ENVIRONMENT", "HUNG", "DEADLINE", "INTERRUPTED", json=LINES)
 @cli.command()
 @click.argument("target")
 @image_option
@@ -453,21 +462,32 @@ def print_bisect(result: Any, out: Console) -> None:
     default="doctor",
     help="Start the ladder at this rung.",
 )
-@click.option(
-    "--fault", help="CPU rehearsal only, test-only: plant a fault in every rung's run (e.g. hang-p2p)."
-)
+@fault_option("CPU rehearsal only, test-only: plant a fault in every rung's run (e.g. hang-p2p).")
+@click.option("--plan", is_flag=True, help="Print what each rung would try, run or skip (why); run nothing.")
 @json_option
-def bisect(target, image, overrides, budget_s, start_at, fault, as_json) -> None:
+def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -> None:
     """Climb doctor -> preflight -> base profile -> TARGET's profile; on the first failing rung, change
     one thing at a time (MTP off, NCCL_P2P_DISABLE=1, --disable-custom-all-reduce, CUDA graphs off,
-    another attention backend, the previous image) until one turns it green.
+    another attention backend, the previous image) until one turns it green. A change SGLang already
+    makes on this launch and host (its custom all-reduce off on more than two PCIe-only GPUs,
+    NCCL_CUMEM_ENABLE=0) is skipped with the reason; --plan shows what each rung would run or skip.
 
-    Exit codes: 0 every rung green; else the failing rung's (1 failed or crashed, 4 hung, 5 deadline);
-    5 when the budget ran out first; 2 bad input; 3 missing engine or image; 130 interrupted.
-    Nothing is left running.
+    OK when every rung is green; else the failing rung's own exit (a doctor or preflight step that
+    says no is FAILED, a start CRASHED, HUNG or DEADLINE); DEADLINE too when the budget ran out
+    first. Nothing is left running. With --plan, --json prints one document ("type": "plan").
     """
-    from kit.pivot.bisect import run_bisect
+    from kit.pivot.bisect import plan_ladder, run_bisect
 
+    if plan:
+        rungs, rows, nvlink = plan_ladder(target, image=image, overrides=overrides)
+        if as_json:
+            emit_json({"type": "plan", "rungs": jsonable(rungs), "changes": jsonable(rows), "nvlink": nvlink})
+        else:
+            links = {None: "unknown", True: "yes", False: "no"}[nvlink]
+            _line(console(), f"kit bisect {target} --plan (NVLink between every pair of its GPUs: {links})")
+            table = [(r.rung, r.change, r.action, r.detail) for r in rows]
+            print_rows(console(), ("rung", "change", "action", "detail"), table)
+        return
     interruptible()
     view = BisectView(console(), as_json=as_json)
     if not as_json:

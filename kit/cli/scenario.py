@@ -7,15 +7,18 @@ from rich.console import Console
 
 from kit.cli import cli
 from kit.cli.catalog import json_option
+from kit.cli.exits import DOCUMENT, PLAIN, exits
 from kit.output import console, show
 
 
+@exits(*PLAIN)
 @cli.group()
 def scenario() -> None:
     """Start-ups known from reports (GPU hangs, cold loads, MTP), replayed on their own clock through
     the same watcher, tracker and verdict code as `kit up`."""
 
 
+@exits(*PLAIN, json=DOCUMENT)
 @scenario.command("list")
 @json_option
 def list_cmd(as_json: bool) -> None:
@@ -40,11 +43,13 @@ def _list_table(rows, out) -> None:
     out.print(table)
 
 
+@exits("OK", "FAILED", "USAGE", json=DOCUMENT)
 @scenario.command("run")
 @click.argument("name")
 @json_option
 def run_cmd(name: str, as_json: bool) -> None:
-    """Replay NAME and check the verdict it must reach. Exit 0 when every expectation holds, else 1."""
+    """Replay NAME and check the verdict it must reach: OK when every expectation holds, else FAILED
+    (the replayed verdict is data here, not the exit code)."""
     from kit.scenarios import run_scenario
     from kit.startup.live import LiveView
 

@@ -6,14 +6,17 @@ import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
-from kit.cli.up import no_validate_option
+from kit.cli.exits import DOCUMENT, exits
+from kit.cli.up import VERDICT_EXITS, fault_option, no_validate_option
 from kit.output import console, show
 
 
+@exits("OK", *VERDICT_EXITS[1:], "FAILED", json=DOCUMENT)
 @cli.command()
 @target_options
 @no_validate_option
 @click.option("--no-faults", is_flag=True, help="Skip the planted-fault checks (CPU rehearsal only).")
+@fault_option("CPU rehearsal only, test-only: plant a fault in the start the checks run on.")
 @json_option
 def smoke(
     target: str,
@@ -21,10 +24,16 @@ def smoke(
     overrides: tuple[str, ...],
     no_validate: bool,
     no_faults: bool,
+    fault: str | None,
     as_json: bool,
 ) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
-    repeatable greedy answers, and (rehearsal) planted hang and crash named. Exit 1 if any fails."""
+    repeatable greedy answers, one structured-output request, one tool call, for a speculative
+    profile its greedy answer against the reference profile's and SGLang's acceptance length, a
+    serving window, and (rehearsal) planted hang and crash named.
+
+    A start that does not reach READY exits as `kit up` does (CRASHED, HUNG, DEADLINE); after READY,
+    any failed check is FAILED."""
     from kit.launch import api_key_from_env
     from kit.model import require_model
     from kit.startup import limits_from_spec
@@ -33,6 +42,12 @@ def smoke(
 
     spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
     require_model(spec)  # a missing model is one line with the fetch command, before any container
+    tool_overrides = tuple(spec.smoke.get("tool_call_overrides") or ())
+    tool_spec = (
+        prepare_launch(target, image=image, overrides=(*overrides, *tool_overrides), validate=not no_validate)
+        if tool_overrides
+        else None
+    )
     api_key_from_env(spec, required=bool(spec.api_key_env))
     out = console()
 
@@ -42,7 +57,14 @@ def smoke(
 
     if not as_json:
         out.print(f"kit smoke {spec.target} ({spec.image})", markup=False, highlight=False)
-    report = run_smoke(spec, limits_from_spec(spec), faults=not no_faults, on_check=progress)
+    report = run_smoke(
+        spec,
+        limits_from_spec(spec),
+        faults=not no_faults,
+        on_check=progress,
+        tool_spec=tool_spec,
+        fault=fault,
+    )
     show(report, as_json=as_json, human=_table)
     raise SystemExit(report.exit_code)
 

@@ -6,11 +6,13 @@ import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
+from kit.cli.exits import DOCUMENT, LINES, exits
+from kit.cli.host import gpus_option
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
 
 
-def _print_result(result, out) -> None:
+def _print_result(result, out, *, container: bool = True) -> None:
     from kit.startup.result import verdict_lines
 
     style = "bold green" if result.verdict == "ready" else "bold red"
@@ -28,7 +30,9 @@ def _print_result(result, out) -> None:
             markup=False,
             highlight=False,
         )
-    if result.container_removed:
+    if not container:
+        out.print(f"  watched {result.container}: never stopped by the kit", markup=False, highlight=False)
+    elif result.container_removed:
         out.print(f"  removed container {result.container}", markup=False, highlight=False)
     else:
         out.print(
@@ -48,12 +52,12 @@ def _limits(spec, deadline: tuple[str, ...], stall: tuple[str, ...]):
     )
 
 
-def _finish(result, as_json: bool) -> None:
+def _finish(result, as_json: bool, *, container: bool = True) -> None:
     """The result as a last JSON line or the verdict paragraph; the verdict's exit code."""
     if as_json:
         emit_json({"type": "result", **jsonable(result)})
     else:
-        _print_result(result, console())
+        _print_result(result, console(), container=container)
     raise SystemExit(result.exit_code)
 
 
@@ -71,34 +75,59 @@ def _limit_options(func):
     return func
 
 
+def first_token_option(default: bool, why: str):
+    """The same switch on `kit up` and `kit watch`: at READY, time one chat request (a failed one is
+    CRASHED). Up starts its own server and asks by default; watch follows someone else's server and
+    sends it nothing unless asked."""
+    shown = "--first-token" if default else "--no-first-token"
+    return click.option(
+        "--first-token/--no-first-token",
+        "first_token",
+        default=default,
+        help=f"At READY, time one chat request; a failed one is CRASHED (default: {shown}, {why}).",
+    )
+
+
+# What a start-up ends with: the verdicts, and the kit's own reasons to stop.
+VERDICT_EXITS = ("READY", "CRASHED", "HUNG", "DEADLINE", "USAGE", "ENVIRONMENT", "INTERRUPTED")
+
+
 def no_validate_option(func):
     return click.option(
         "--no-validate", is_flag=True, help="Start without holding the launch against `kit validate`'s rules."
     )(func)
 
 
+def fault_option(help: str):
+    """The test-only switch of the CPU rehearsal: hidden from help, still taken."""
+    return click.option("--fault", metavar="FAULT", hidden=True, help=help)
+
+
+@exits(*VERDICT_EXITS, json=LINES)
 @cli.command()
 @target_options
+@gpus_option
 @no_validate_option
-@click.option("--fault", help="CPU rehearsal only, test-only: plant a fault (hang-init, crash-load, ...).")
+@fault_option("CPU rehearsal only, test-only: plant a fault (hang-init, crash-load, ...).")
 @click.option("--keep", is_flag=True, help="Leave the container running (or stopped) afterwards.")
-@click.option("--no-first-token", is_flag=True, help="Stop at READY without a chat request.")
+@first_token_option(True, "the server is the kit's own")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_json, deadline, stall) -> None:
+def up(
+    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall
+) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
-    Exit codes: 0 READY, 1 CRASHED (or the first token failed), 4 HUNG, 5 DEADLINE,
-    2 bad input, 3 missing engine or image, 130 interrupted. The container is removed
-    afterwards unless --keep.
+    The container is removed afterwards unless --keep.
     """
     from kit.launch import api_key_from_env
     from kit.model import require_model
+    from kit.runtime.host import with_gpus
     from kit.startup import run_up
     from kit.startup.live import LiveView
     from kit.startup.prepare import prepare_launch
 
-    spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
+    spec = with_gpus(prepare_launch(target, image=image, overrides=overrides, validate=not no_validate), gpus)
     require_model(spec)  # a missing model: one line with the fetch command, before any container
     api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
@@ -112,16 +141,38 @@ def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_js
             keep=keep,
             on_progress=view.update,
             on_start=lambda s: view.started(s.name, s.url),
-            first_token=not no_first_token,
+            first_token=first_token,
         )
     _finish(result, as_json)
 
 
+@exits(*VERDICT_EXITS, json=LINES)
 @cli.command()
-@click.argument("container")
-@click.option("--target", help="Catalog target for limits (default: the container's io.kit.target label).")
-@click.option("--image", help="Image manifest (default: the container's io.kit.image label).")
-@click.option("--first-token", is_flag=True, help="At READY, also time a chat request.")
+@click.argument("container", required=False)
+@click.option(
+    "--pid",
+    type=int,
+    metavar="PID",
+    help="Watch host process PID and its descendants instead of a container.",
+)
+@click.option(
+    "--unit",
+    metavar="NAME",
+    help="Watch systemd service NAME (its main PID, cgroup and journal) instead of a container.",
+)
+@click.option(
+    "--log",
+    "log_file",
+    metavar="FILE",
+    help="With --pid/--unit: the server's log file (followed like tail -F).",
+)
+@click.option(
+    "--target",
+    metavar="TARGET",
+    help="Catalog target for limits (default: the container's io.kit.target label).",
+)
+@click.option("--image", metavar="NAME", help="Image manifest (default: the container's io.kit.image label).")
+@first_token_option(False, "a watch sends nothing to a server it did not start")
 @click.option(
     "--attempts",
     "max_attempts",
@@ -132,13 +183,24 @@ def up(target, image, overrides, no_validate, fault, keep, no_first_token, as_js
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def watch(container, target, image, first_token, max_attempts, as_json, deadline, stall) -> None:
+def watch(container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall):
     """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it.
 
-    Under a restart policy (systemd, Compose `restart: on-failure`) a crash is not the end: the
-    watch follows the next launch attempt, up to --attempts, and judges the last one."""
+    --pid N or --unit NAME follow a server that runs as host processes (docs/baremetal.md); limits
+    come from --target, else the defaults. Under a restart policy (systemd, Compose `restart:
+    on-failure`) a crash is not the end: the watch follows the next launch attempt, up to
+    --attempts, and judges the last one. --first-token times one chat request at READY, as `kit up`
+    does by default."""
     from kit.errors import InputError
     from kit.launch import resolve
+
+    if pid is not None or unit is not None or log_file:
+        _watch_host(
+            container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+        )
+        return
+    if not container:
+        raise InputError("CONTAINER", "nothing to watch", "name a container, or pass --pid N or --unit NAME")
     from kit.runtime.engine import LABEL_IMAGE, LABEL_TARGET
     from kit.runtime.server import attach
     from kit.startup import run_watch
@@ -163,6 +225,39 @@ def watch(container, target, image, first_token, max_attempts, as_json, deadline
     _finish(result, as_json)
 
 
+def _watch_host(
+    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+):
+    """kit watch --pid/--unit: the host source's flow (kit/startup/host.py)."""
+    from kit.errors import InputError
+    from kit.launch import resolve
+    from kit.startup import parse_limit_overrides
+    from kit.startup.host import HostWatch, default_limits, run_watch_host
+    from kit.startup.live import LiveView
+
+    if container:
+        raise InputError("CONTAINER", "a container and --pid/--unit were both given", "give one of them")
+    if image:
+        raise InputError("--image", "a host process runs no kit image", "drop --image (kit repro picks one)")
+    what = HostWatch(pid=pid, unit=unit, log=log_file)  # exactly one of --pid, --unit
+    spec = resolve(target) if target else None
+    if spec is not None:
+        limits = _limits(spec, deadline, stall)
+    else:
+        limits = default_limits(
+            parse_limit_overrides(deadline, "--deadline"), parse_limit_overrides(stall, "--stall")
+        )
+    interruptible()
+    shown = f"pid {pid}" if pid is not None else unit
+    title = f"kit watch {shown} ({spec.target if spec else 'default limits'})"
+    with LiveView(console(), title=title, as_json=as_json) as view:
+        result = run_watch_host(
+            what, spec, limits, on_progress=view.update, first_token=first_token, max_attempts=max_attempts
+        )
+    _finish(result, as_json, container=False)
+
+
+@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @cli.command()
 @json_option
 def ps(as_json: bool) -> None:
@@ -187,19 +282,27 @@ def _print_ps(rows, out) -> None:
     out.print(table)
 
 
+@exits("OK", "USAGE", "ENVIRONMENT", "INTERRUPTED")
 @cli.command()
 @click.argument("container")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("--tail", default="all", help="Only the last N lines.")
-def logs(container: str, follow: bool, tail: str) -> None:
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Only the last N lines (default: all).",
+)
+def logs(container: str, follow: bool, tail: int | None) -> None:
     """Print a kit container's log."""
     from kit.runtime.inventory import print_logs
 
-    print_logs(container, follow=follow, tail=tail)
+    print_logs(container, follow=follow, tail="all" if tail is None else str(tail))
 
 
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT")
 @cli.command()
-@click.argument("containers", nargs=-1)
+@click.argument("containers", metavar="[CONTAINER]...", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every container the kit started (not Compose's services).")
 def down(containers: tuple[str, ...], all_: bool) -> None:
     """Stop and remove the kit's containers (by name, or --all; Compose's services only by name)."""

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import kit
-from kit.diagnose.fingerprint import is_unknown, known, show_value
+from kit.diagnose.fingerprint import known, show_value
 from kit.diagnose.picture import startup_svg
 from kit.diagnose.redact import Redactor
 from kit.errors import InputError
@@ -130,21 +130,46 @@ def rank_tails(text: str, lines_per_rank: int = TAIL_LINES) -> dict[str, list[st
 # -- the summary ---------------------------------------------------------------------------------
 
 
+# Words older kits wrote in result.json and bundle.json: a log that ended before ready, analysed
+# offline, was "stalled" where `kit analyze` said HUNG. Bundles made then are read in today's word.
+OLD_VERDICTS = {"stalled": "hung"}
+OFFLINE = (
+    "offline, from the log: no activity samples, so HUNG means the log ends before ready without a crash"
+)
+
+
+def current_words(document: Mapping[str, Any]) -> dict:
+    """A result.json or bundle.json in today's words (an old bundle's "stalled" is "hung")."""
+    verdict = document.get("verdict")
+    if verdict not in OLD_VERDICTS:
+        return dict(document)
+    renamed = {**document, "verdict": OLD_VERDICTS[verdict]}
+    if "analysed" in document:
+        renamed["analysed"] = OFFLINE
+    return renamed
+
+
+def current_summary(text: str) -> str:
+    """An old summary.md's headline in today's word, so `kit bundle show` does not take the rename
+    for a hand edit."""
+    return text.replace("# STALLED", "# HUNG", 1) if text.startswith("# STALLED") else text
+
+
 def headline(result: Mapping[str, Any]) -> str:
     verdict = str(result.get("verdict") or "unknown")
+    verdict = OLD_VERDICTS.get(verdict, verdict)
     phase = f" in {result['phase']}" if result.get("phase") else ""
     if verdict == "hung":
         quiet = result.get("quiet_for_s")
+        if result.get("analysed"):  # offline: the log's end is all there is; quiet from timestamps
+            since = f"; quiet for {quiet:.0f} s" if quiet else ""
+            return f"HUNG{phase}: the log ends before ready, without a crash{since}"
         return f"HUNG{phase}: no log line and no activity for {quiet:.0f} s" if quiet else f"HUNG{phase}"
     if verdict == "deadline":
         limit = result.get("limit_s")
         return f"DEADLINE{phase}: still going after {limit:.0f} s" if limit else f"DEADLINE{phase}"
     if verdict == "crashed":
         return f"CRASHED{phase}: {result.get('exception') or 'the server stopped'}"
-    if verdict == "stalled":
-        quiet = result.get("quiet_for_s")
-        since = f"; quiet for {quiet:.0f} s" if quiet else ""
-        return f"STALLED{phase}: the log ends before ready, without a crash{since}"
     if verdict == "ready":
         startup = result.get("startup_s")
         return f"READY after {startup:.1f} s" if startup is not None else "READY"
@@ -368,7 +393,7 @@ class Bundle:
 
     @property
     def result(self) -> dict:
-        return json.loads(self.members["result.json"])
+        return current_words(json.loads(self.members["result.json"]))
 
     @property
     def log_text(self) -> str:
@@ -485,7 +510,7 @@ def read_bundle(path: str | Path) -> Bundle:
     _check_meta(path, meta, members)
     for rel in ("fingerprint.json", "result.json"):
         _json_member(path, members, rel)
-    return Bundle(path, stem, meta, members)
+    return Bundle(path, stem, current_words(meta), members)
 
 
 def _json_member(path: Path, members: Mapping[str, bytes], rel: str) -> dict:
@@ -549,12 +574,3 @@ def looks_like_bundle(path: str | Path) -> bool:
 def bundle_log_text(path: str | Path) -> str:
     """The full log a bundle holds (its head and tail when the log was large)."""
     return read_bundle(path).log_text
-
-
-def fingerprint_field(bundle: Bundle, *keys: str) -> Any:
-    node: Any = bundle.fingerprint
-    for key in keys:
-        if not isinstance(node, dict) or is_unknown(node):
-            return None
-        node = node.get(key)
-    return node

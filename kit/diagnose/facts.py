@@ -1,32 +1,36 @@
 """Reads the facts a fingerprint holds: from the Docker engine, the container, its image, NVML and
 the host's NVIDIA tools. The only impure part of fingerprints; kit/diagnose/fingerprint.py shapes them.
 
-Every reader returns data and never raises for a missing fact: what cannot be read becomes
-`{"unknown": "why"}`. Host tools (nvidia-smi, nvidia-ctk) are asked with a timeout.
+The host's side (engine, CDI, NVML, tools) comes from the one host-facts module, kit.runtime.host,
+so a bundle says what `kit doctor` says. Every reader returns data and never raises for a missing
+fact: what cannot be read becomes `{"unknown": "why"}`.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import shutil
-import subprocess
 import tarfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import kit
 from kit.diagnose import fingerprint as fp
 from kit.errors import KitError
 from kit.images.lock import LOCK_PATH, parse_lock
-from kit.runtime.nvml import NvmlGpus, nvml_missing, open_nvml, read_inventory
+from kit.runtime.host import (
+    CdiAnswer,
+    EngineFacts,
+    ToolFacts,
+    engine_is_local,
+    read_cdi,
+    read_engine,
+    read_tools,
+    way_of_container,
+)
+from kit.runtime.nvml import GpuInventory, NvmlGpus, nvml_missing, open_nvml, read_inventory
 from kit.spec import LaunchSpec
-
-_TOOL_TIMEOUT_S = 15
-_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def now_iso() -> str:
@@ -42,112 +46,104 @@ def kit_section() -> dict:
     return {"version": kit.__version__}
 
 
-def _run_tool(argv: list[str]) -> tuple[str | None, str | None]:
-    """(stdout, None) or (None, why) for a host tool, bounded by a timeout."""
-    if shutil.which(argv[0]) is None:
-        return None, f"{argv[0]} is not installed on this host"
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"{' '.join(argv)} failed: {type(exc).__name__}"
-    if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
-        return None, f"{' '.join(argv)} exited {done.returncode}: {why[-1] if why else 'no output'}"
-    return done.stdout, None
-
-
-def engine_is_local() -> bool:
-    """Whether host tools and NVML here describe the engine's host (DOCKER_HOST unset or local)."""
-    host = os.environ.get("DOCKER_HOST", "")
-    if not host or host.startswith(("unix://", "npipe://")):
-        return True
-    return urlparse(host).hostname in ("127.0.0.1", "localhost", "::1")
-
-
 # -- host ----------------------------------------------------------------------------------------
 
 
-def host_facts() -> dict:
-    """Kernel, OS, engine and Compose versions, CPUs and memory, as the engine reports them."""
-    from kit.runtime.engine import client
-
-    try:
-        engine = client()
-        version = engine.version()
-        info = engine.info()
-    except Exception as exc:  # any failure is an unknown, with its name
-        why = f"the Docker engine did not answer ({type(exc).__name__})"
-        return {
-            k: fp.unknown(why)
-            for k in ("kernel", "os", "arch", "cpus", "memory_gib", "docker_engine", "docker_api")
-        } | {"compose": compose_version()}
+def host_section(engine: EngineFacts, tools: ToolFacts) -> dict:
+    """Kernel, OS, engine and Compose versions, CPUs and memory, as the engine reports them. Pure."""
+    compose = tools.compose_version or fp.unknown(tools.compose_why or "no answer")
+    if not engine.answered:
+        why = f"the Docker engine did not answer ({engine.error})"
+        keys = ("kernel", "os", "arch", "cpus", "memory_gib", "docker_engine", "docker_api")
+        return {k: fp.unknown(why) for k in keys} | {"compose": compose}
+    memory = round((engine.memory_bytes or 0) / (1 << 30), 1)
     return {
-        "kernel": version.get("KernelVersion") or info.get("KernelVersion") or fp.unknown("not reported"),
-        "os": info.get("OperatingSystem") or fp.unknown("not reported"),
-        "arch": version.get("Arch") or fp.unknown("not reported"),
-        "cpus": info.get("NCPU") or fp.unknown("not reported"),
-        "memory_gib": round(int(info.get("MemTotal") or 0) / (1 << 30), 1) or fp.unknown("not reported"),
-        "cgroup": info.get("CgroupVersion") or fp.unknown("not reported"),
-        "docker_engine": version.get("Version") or fp.unknown("not reported"),
-        "docker_api": version.get("ApiVersion") or fp.unknown("not reported"),
-        "compose": compose_version(),
+        "kernel": engine.kernel or fp.unknown("not reported"),
+        "os": engine.os or fp.unknown("not reported"),
+        "arch": engine.arch or fp.unknown("not reported"),
+        "cpus": engine.cpus or fp.unknown("not reported"),
+        "memory_gib": memory or fp.unknown("not reported"),
+        "cgroup": engine.cgroup or fp.unknown("not reported"),
+        "docker_engine": engine.version or fp.unknown("not reported"),
+        "docker_api": engine.api_version or fp.unknown("not reported"),
+        "compose": compose,
     }
 
 
-def compose_version() -> Any:
-    out, why = _run_tool(["docker", "compose", "version", "--short"])
-    return out.strip() if out else fp.unknown(why or "no answer")
+def host_facts() -> dict:
+    return host_section(read_engine(), read_tools(toolkit=False, smi=False))
 
 
 # -- NVIDIA --------------------------------------------------------------------------------------
 
 
-def _engine_runtimes() -> Any:
-    from kit.runtime.engine import client
-
-    try:
-        info = client().info()
-    except Exception as exc:
-        return fp.unknown(f"the Docker engine did not answer ({type(exc).__name__})")
+def runtimes_section(engine: EngineFacts) -> Any:
+    """The engine's runtimes and CDI folders (a list, empty when CDI is off). Pure."""
+    if not engine.answered:
+        return fp.unknown(f"the Docker engine did not answer ({engine.error})")
     return {
-        "runtimes": sorted((info.get("Runtimes") or {}).keys()),
-        "default": info.get("DefaultRuntime") or fp.unknown("not reported"),
-        "cdi_spec_dirs": info.get("CDISpecDirs", fp.unknown("this engine does not report CDI (Engine < 25)")),
+        "runtimes": list(engine.runtimes),
+        "default": engine.default_runtime or fp.unknown("not reported"),
+        "cdi_spec_dirs": list(engine.cdi_spec_dirs)
+        if engine.cdi_spec_dirs is not None
+        else fp.unknown("this engine does not report CDI (Engine < 25)"),
     }
 
 
-def _toolkit() -> Any:
-    for argv in (["nvidia-ctk", "--version"], ["nvidia-container-cli", "--version"]):
-        out, _ = _run_tool(argv)
-        if out:
-            return out.strip().splitlines()[0]
-    return fp.unknown("neither nvidia-ctk nor nvidia-container-cli is installed on this host")
+def cdi_section(cdi: CdiAnswer) -> dict:
+    """The one CDI answer (kit.runtime.host.cdi), as `kit doctor` shows it too."""
+    return cdi.as_dict()
 
 
-def _cdi_specs(dirs: tuple[str, ...] = _CDI_DIRS) -> Any:
-    found = []
-    for folder in dirs:
-        path = Path(folder)
-        if path.is_dir():
-            found += sorted(str(p) for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
-    return found or f"no CDI specs in {', '.join(dirs)}"
+def lost_section(inventory: GpuInventory | None) -> list[dict]:
+    """GPUs NVML lists that stopped answering (lost after a hang, reset required): a fact, not an error."""
+    return [
+        {"index": g.index, "error": g.error, "lost": g.lost} for g in (inventory.lost if inventory else ())
+    ]
+
+
+def nvidia_of(
+    inventory: GpuInventory | None,
+    *,
+    p2p: Any,
+    topology: Any,
+    engine: EngineFacts,
+    cdi: CdiAnswer,
+    tools: ToolFacts,
+    why_no_nvml: str | None,
+) -> dict:
+    """The fingerprint's nvidia section from the host's facts. Pure."""
+    section = fp.nvidia_section(
+        inventory,
+        p2p=p2p,
+        topology=topology,
+        toolkit=tools.toolkit_version or fp.unknown(tools.toolkit_why or "not read"),
+        runtimes=runtimes_section(engine),
+        cdi=cdi_section(cdi),
+        smi_topo=tools.smi_topo if tools.smi_topo else fp.unknown(tools.smi_topo_why or "no output"),
+        why_no_nvml=why_no_nvml,
+    )
+    section["lost_gpus"] = lost_section(inventory)
+    return section
 
 
 def nvidia_facts(gpus: NvmlGpus | None = None, *, lib: Any | None = None) -> dict:
     """Driver, GPUs, P2P and topology through NVML (`gpus`, else opened here), and the host's tools."""
+    engine = read_engine()
     if not engine_is_local():
         remote = os.environ.get("DOCKER_HOST")
         why = f"the engine is remote (DOCKER_HOST={remote}): the GPUs here are not the engine's"
-        return fp.nvidia_section(
+        section = fp.nvidia_section(
             None,
             p2p=None,
             topology=None,
             toolkit=fp.unknown(why),
-            runtimes=_engine_runtimes(),
-            cdi=fp.unknown(why),
+            runtimes=runtimes_section(engine),
+            cdi=cdi_section(read_cdi(engine)),
             smi_topo=fp.unknown(why),
             why_no_nvml=why,
         )
+        return section | {"lost_gpus": []}
     opened = None
     if gpus is None:
         opened = gpus = open_nvml(lib)
@@ -161,15 +157,13 @@ def nvidia_facts(gpus: NvmlGpus | None = None, *, lib: Any | None = None) -> dic
     finally:
         if opened is not None:
             opened.close()
-    smi, smi_why = _run_tool(["nvidia-smi", "topo", "-m"])
-    return fp.nvidia_section(
+    return nvidia_of(
         inventory,
         p2p=p2p,
         topology=topology,
-        toolkit=_toolkit(),
-        runtimes=_engine_runtimes(),
-        cdi=_cdi_specs(),
-        smi_topo=smi if smi else fp.unknown(smi_why or "no output"),
+        engine=engine,
+        cdi=read_cdi(engine),
+        tools=read_tools(compose=False),
         why_no_nvml=why,
     )
 
@@ -212,11 +206,18 @@ def _read_from_container(container: Any, path: str) -> str | None:
 
 
 def image_facts(
-    *, name: str, tag: str, image: Any | None, lock_text: str | None, lock_why: str, lock_from: str
+    *,
+    name: str,
+    tag: str,
+    image: Any | None,
+    lock_text: str | None,
+    lock_why: str,
+    lock_from: str,
+    image_why: str | None = None,
 ) -> tuple[dict, dict]:
-    """(image section, versions section) from a docker Image (or None) and its lock text."""
+    """(image section, versions section) from a docker Image (or None, with why) and its lock text."""
     if image is None:
-        why = f"image {tag} is not here to inspect"
+        why = image_why or f"image {tag} is not here to inspect"
         image_id: Any = fp.unknown(why)
         digest: Any = fp.unknown(why)
         labels: dict = {}
@@ -260,24 +261,27 @@ def local_image_id(ref: str) -> str | None:
             return None
 
 
-def _docker_image(ref: str) -> Any | None:
-    from docker.errors import ImageNotFound
+def _docker_image(ref: str) -> tuple[Any | None, str]:
+    """(the image, "") or (None, why): not here, or the engine failed (said as an engine failure)."""
+    from docker.errors import ImageNotFound, NotFound
 
     from kit.runtime.engine import client
 
     try:
-        return client().images.get(ref)
-    except ImageNotFound:
-        return None
-    except Exception:
-        return None
+        return client().images.get(ref), ""
+    except (ImageNotFound, NotFound):
+        return None, f"image {ref} is not here"
+    except KitError as exc:
+        return None, f"the Docker engine failed looking up image {ref}: {exc.one_line()}"
+    except Exception as exc:
+        return None, f"the Docker engine failed looking up image {ref} ({type(exc).__name__}: {exc})"
 
 
 def image_facts_of_container(container: Any, name: str) -> tuple[dict, dict, str | None]:
     """The container's own image (by id), and the lock read from the container's filesystem."""
     image_id = container.attrs.get("Image") or ""
     tag = (container.attrs.get("Config") or {}).get("Image") or image_id
-    image = _docker_image(image_id) if image_id else None
+    image, image_why = _docker_image(image_id) if image_id else (None, "the container names no image")
     lock = _read_from_container(container, LOCK_PATH)
     section, versions = image_facts(
         name=name,
@@ -286,6 +290,7 @@ def image_facts_of_container(container: Any, name: str) -> tuple[dict, dict, str
         lock_text=lock,
         lock_why=f"{LOCK_PATH} could not be read from container {container.name}",
         lock_from=f"{LOCK_PATH} in container {container.name}",
+        image_why=image_why,
     )
     if image is None and image_id:
         section["id"] = image_id  # the container names it even when the image was removed since
@@ -296,9 +301,8 @@ def image_facts_of_ref(ref: str, name: str, *, tag: str | None = None) -> tuple[
     """A local image by tag or id, its lock read without starting it (kit repro's side of a diff)."""
     from kit.images.inspect import read_file
 
-    image = _docker_image(ref)
+    image, why = _docker_image(ref)
     lock = None
-    why = f"image {ref} is not here"
     if image is not None:
         try:
             lock = read_file(image.id, LOCK_PATH).decode("utf-8", "replace")
@@ -311,6 +315,7 @@ def image_facts_of_ref(ref: str, name: str, *, tag: str | None = None) -> tuple[
         lock_text=lock,
         lock_why=why,
         lock_from=f"{LOCK_PATH} in image {ref}",
+        image_why=why if image is None else None,
     )
     return section, versions, lock
 
@@ -364,15 +369,7 @@ def container_settings(attrs: Mapping[str, Any], image_labels: Mapping[str, str]
     inherited = dict(image_labels or {})
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
-    gpus = 0  # -1: all of the host's GPUs
-    for request in host.get("DeviceRequests") or []:
-        if not any("gpu" in caps for caps in (request.get("Capabilities") or [])):
-            continue
-        count = int(request.get("Count") or 0) or len(request.get("DeviceIDs") or [])
-        if count == -1:
-            gpus = -1
-            break
-        gpus += count
+    gpu = way_of_container(attrs)  # gpus -1: all of the host's GPUs
     return {
         "name": (attrs.get("Name") or "").lstrip("/"),
         "image_ref": config.get("Image"),
@@ -380,7 +377,9 @@ def container_settings(attrs: Mapping[str, Any], image_labels: Mapping[str, str]
         "ipc_mode": host.get("IpcMode"),
         "ulimits": {u.get("Name"): u.get("Hard") for u in host.get("Ulimits") or []},
         "cap_add": sorted(host.get("CapAdd") or []),
-        "gpus": gpus,
+        "gpus": gpu["gpus"],
+        "gpu_access": gpu["how"],
+        "gpu_devices": gpu["devices"],
         "restart_policy": (host.get("RestartPolicy") or {}).get("Name") or "no",
         "labels": {
             k: v
@@ -400,6 +399,8 @@ def spec_settings(spec: LaunchSpec) -> dict:
         "ulimits": dict(spec.ulimits),
         "cap_add": sorted(spec.cap_add),
         "gpus": spec.gpus,
+        "gpu_access": None,
+        "gpu_devices": list(spec.gpu_devices),
         "restart_policy": "no",
         "labels": {},
     }
@@ -472,7 +473,7 @@ def fingerprint_of_container(
     """(fingerprint, lock text) of a server container and the host it runs on."""
     image, versions, lock = image_facts_of_container(container, spec.image)
     image_env, image_labels = None, None
-    docker_image = _docker_image(container.attrs.get("Image") or "")
+    docker_image, _ = _docker_image(container.attrs.get("Image") or "")
     if docker_image is not None:
         image_env = (docker_image.attrs.get("Config") or {}).get("Env")
         image_labels = (docker_image.attrs.get("Config") or {}).get("Labels")
@@ -504,7 +505,7 @@ def fingerprint_of_replay(spec: LaunchSpec, limits: Any, *, gpus: NvmlGpus | Non
         "versions": versions,
         "host": {k: fp.unknown(host_why) for k in ("kernel", "os", "docker_engine", "compose")},
         "nvidia": fp.nvidia_section(
-            gpus.inventory() if gpus is not None else None,
+            inventory := gpus.inventory() if gpus is not None else None,
             p2p=gpus.p2p_matrix() if gpus is not None else None,
             topology=gpus.topology() if gpus is not None else None,
             toolkit=fp.unknown(host_why),
@@ -512,7 +513,8 @@ def fingerprint_of_replay(spec: LaunchSpec, limits: Any, *, gpus: NvmlGpus | Non
             cdi=fp.unknown(host_why),
             smi_topo=fp.unknown(host_why),
             why_no_nvml=None if gpus is not None else f"{host_why}; it has no GPUs",
-        ),
+        )
+        | {"lost_gpus": lost_section(inventory)},
         "launch": launch_of_spec(spec, limits, {}, f"the catalog's launch of {spec.target} (replayed)"),
     }
 
@@ -569,6 +571,6 @@ def fingerprint_of_log(target: str, image: str | None, nccl_from_log: str | None
 
 
 def _limits(spec: LaunchSpec) -> Any:
-    from kit.startup.limits import limits_from_spec
+    from kit.logs.limits import limits_from_spec
 
     return limits_from_spec(spec)

@@ -201,7 +201,9 @@ def limits_from_data(data: Mapping[str, Any]) -> Any:
         values = {f.name: data[f.name] for f in fields(PhaseLimits) if f.name in data}
         values["deadline_s"] = StageSeconds(**values["deadline_s"])
         values["stall_window_s"] = StageSeconds(**values["stall_window_s"])
-        values["cpu_counts_in"] = frozenset(values.get("cpu_counts_in") or ())
+        for name in ("cpu_counts_in", "compile_counts_in"):  # JSON lists back to the sets they were
+            if name in values:
+                values[name] = frozenset(values[name] or ())
         return PhaseLimits(**values)
     except (KeyError, TypeError) as exc:
         raise InputError(

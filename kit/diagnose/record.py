@@ -1,9 +1,11 @@
 """Making bundles: at the end of `kit up` / `kit watch`, and with `kit bundle create` from a runs
 folder, a container, or a pasted log.
 
-    record_run(...)            kit up / kit watch on a verdict other than READY: the runs folder
-                               (~/.cache/kit/runs/SESSION: server.log, stacks/, result.json,
-                               fingerprint.json, lock.txt, startup.svg) and a bundle made from it
+    record_run(...)            kit up / kit watch (a container or, with host=, host processes) on a
+                               verdict other than READY: the runs folder (~/.cache/kit/runs/SESSION:
+                               server.log, stacks/, result.json, fingerprint.json, lock.txt,
+                               startup.svg) and a bundle made from it. The one record of a start-up:
+                               kit.startup calls it, and nothing here imports kit.startup.
     bundle_from_run(folder)    kit bundle create RUN / --last
     bundle_from_container(c)   kit bundle create CONTAINER (its log analysed offline, its stacks now)
     bundle_from_log(file, t)   kit bundle create --from-log FILE --target T [--image N]
@@ -24,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from kit import paths
-from kit.diagnose import facts
+from kit.diagnose import facts, hostenv
 from kit.diagnose import fingerprint as fp
 from kit.diagnose.bundle import (
+    OFFLINE,
     SUFFIX,
     BundleInput,
     build_members,
@@ -37,8 +40,8 @@ from kit.diagnose.bundle import (
 )
 from kit.diagnose.picture import startup_svg
 from kit.diagnose.redact import Redactor
-from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.errors import InputError, KitError
+from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.spec import LaunchSpec
 
 
@@ -73,37 +76,38 @@ class Recorded:
 # -- the end of kit up / kit watch ---------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class HostServer:
+    """A server that runs as host processes (kit watch --pid/--unit): its main pid (None once it is
+    gone) and its systemd unit."""
+
+    pid: int | None
+    unit: str | None = None
+
+
 def record_run(
     session: str,
     source: Any,
-    spec: LaunchSpec,
+    spec: LaunchSpec | None,
     limits: Any,
     stacks: Mapping[str, RankStack],
     result: dict,
+    *,
+    host: HostServer | None = None,
 ) -> Recorded:
-    """The runs folder and a bundle for a verdict other than READY. Never raises for the bundle:
-    the verdict matters more than its record, so a failure becomes a note on the result."""
-    container = getattr(source, "container", None)  # DockerSource; a replay has none
-    gpus = getattr(source, "gpus", None)  # both carry their NVML adapter (a fake one in replays)
+    """The runs folder and a bundle for a verdict other than READY: the one record of a start-up,
+    for kit up, kit watch CONTAINER, a replayed scenario and kit watch --pid/--unit (HOST) alike.
+
+    Never raises for the bundle: the verdict matters more than its record, so a failure becomes a
+    note on the result."""
+    target = spec.target if spec is not None else str(result.get("target"))
     folder = runs_dir() / session
-    name = bundle_name(spec.target, session, str(result.get("verdict")))
-    target_path = default_path(name)
+    target_path = default_path(bundle_name(target, session, str(result.get("verdict"))))
     result = {**result, "diagnostics": str(folder), "bundle": str(target_path)}
-    lock = None
-    try:
-        if container is not None:
-            labels = container.attrs.get("Config", {}).get("Labels") or {}
-            by = "kit up" if "io.kit.session" in labels else "kit watch"
-            fingerprint, lock = facts.fingerprint_of_container(container, spec, limits, gpus=gpus, by=by)
-            config = container.attrs.get("Config") or {}
-            raw_env = facts.env_list(config.get("Env"))
-            raw_argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-        else:
-            fingerprint = facts.fingerprint_of_replay(spec, limits, gpus=gpus, scenario=source.name)
-            raw_env, raw_argv = dict(spec.env), list(spec.argv)
-    except KitError as exc:  # the engine went away between the verdict and now
-        fingerprint = {"format": fp.FORMAT, "made": facts.made("kit up"), "error": fp.unknown(exc.one_line())}
-        raw_env, raw_argv = dict(spec.env), list(spec.argv)
+    if host is None:
+        fingerprint, lock, raw_env, raw_argv = _fingerprint_of_source(source, spec, limits)
+    else:
+        fingerprint, lock, raw_env, raw_argv = _fingerprint_of_host(source, spec, limits, host)
     redactor = Redactor.for_launch(raw_env, raw_argv, machine_env=os.environ)
     texts = {rank: stack.text for rank, stack in stacks.items()}
     write_run_folder(folder, source.log_text(), texts, result, fingerprint, lock, redactor)
@@ -112,6 +116,43 @@ def record_run(
     except (KitError, OSError) as exc:
         why = exc.one_line() if isinstance(exc, KitError) else str(exc)
         return Recorded(folder, None, f"could not write a bundle: {why}")
+
+
+_Fingerprinted = tuple[dict, str | None, dict[str, str], list[str]]  # fingerprint, lock, raw env, raw argv
+
+
+def _fingerprint_of_source(source: Any, spec: LaunchSpec, limits: Any) -> _Fingerprinted:
+    """A container's fingerprint (kit up, kit watch CONTAINER), or a replay's (no container)."""
+    container = getattr(source, "container", None)  # DockerSource; a replay has none
+    gpus = getattr(source, "gpus", None)  # both carry their NVML adapter (a fake one in replays)
+    try:
+        if container is not None:
+            labels = container.attrs.get("Config", {}).get("Labels") or {}
+            by = "kit up" if "io.kit.session" in labels else "kit watch"
+            fingerprint, lock = facts.fingerprint_of_container(container, spec, limits, gpus=gpus, by=by)
+            config = container.attrs.get("Config") or {}
+            raw_env = facts.env_list(config.get("Env"))
+            raw_argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
+            return fingerprint, lock, raw_env, raw_argv
+        fingerprint = facts.fingerprint_of_replay(spec, limits, gpus=gpus, scenario=source.name)
+        return fingerprint, None, dict(spec.env), list(spec.argv)
+    except KitError as exc:  # the engine went away between the verdict and now
+        fingerprint = {"format": fp.FORMAT, "made": facts.made("kit up"), "error": fp.unknown(exc.one_line())}
+        return fingerprint, None, dict(spec.env), list(spec.argv)
+
+
+def _fingerprint_of_host(
+    source: Any, spec: LaunchSpec | None, limits: Any, host: HostServer
+) -> _Fingerprinted:
+    """A host process's fingerprint, with the environment's packages as the lock."""
+    try:
+        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(
+            host.pid, spec, limits, unit=host.unit, gpus=getattr(source, "gpus", None), by="kit watch (host)"
+        )
+    except (KitError, OSError) as exc:
+        why = exc.one_line() if isinstance(exc, KitError) else str(exc)
+        fingerprint, raw_env, raw_argv = {"format": fp.FORMAT, "error": fp.unknown(why)}, {}, []
+    return fingerprint, hostenv.lock_text(fingerprint), raw_env, raw_argv
 
 
 def write_run_folder(
@@ -273,8 +314,8 @@ def result_from_analysis(
     """
     from kit.output import jsonable
 
-    verdict = {"ready": "ready", "crashed": "crashed"}.get(report.outcome, "stalled")
-    extra = quiet_for_s if verdict == "stalled" and quiet_for_s else 0.0
+    verdict = report.outcome  # kit analyze's word: ready, crashed or hung (the log ends before ready)
+    extra = quiet_for_s if verdict == "hung" and quiet_for_s else 0.0
     # The report's rows are kit up's rows (kit/logs/rows.py); an open span runs on while it is quiet.
     timeline = [
         {
@@ -298,7 +339,7 @@ def result_from_analysis(
         "image": image,
         "container": container,
         "verdict": verdict,
-        "exit_code": {"ready": 0, "crashed": 1}.get(verdict, 4),
+        "exit_code": report.exit_code,
         "phase": jsonable(report.phase),
         "startup_s": report.startup_s,
         "stuck_ranks": list(report.stuck),
@@ -321,7 +362,7 @@ def result_from_analysis(
         ],
         "likely_causes": _causes(report, device, stacks),
         "quiet_for_s": None if quiet_for_s is None else round(quiet_for_s, 1),
-        "analysed": "offline, from the log: no activity samples, so a quiet log is STALLED, not HUNG",
+        "analysed": OFFLINE,
     }
 
 
@@ -347,9 +388,9 @@ def bundle_from_container(
     """A container (running or stopped, started by anyone): its log, its stacks now, its fingerprint."""
     from kit.launch import resolve
     from kit.logs import analyze_text
+    from kit.logs.limits import limits_from_spec
     from kit.runtime import server as runtime
     from kit.runtime.engine import LABEL_IMAGE, LABEL_TARGET
-    from kit.startup.limits import limits_from_spec
 
     container = runtime.attach(ref)
     labels = container.labels
@@ -395,7 +436,7 @@ def bundle_from_log(log_file: str, *, target: str, image: str | None = None, out
     """A pasted log: the verdict from the log alone; what the kit cannot know is marked unknown."""
     from kit.launch import resolve
     from kit.logs import analyze_text
-    from kit.startup.limits import limits_from_spec
+    from kit.logs.limits import limits_from_spec
 
     try:
         text = Path(log_file).read_bytes().decode("utf-8", errors="replace")

@@ -1,36 +1,55 @@
 """`kit repro BUNDLE`: start what a bundle recorded, the same way, and say whether it happened again.
 
-    plan = plan_replay(bundle, sets)     the launch to start: the bundle's image (by digest or id,
-                                         else the same manifest's tag), argv, environment, container
-                                         settings and phase limits, with --set changes on top
-    differences(bundle, plan)            fingerprint differences that matter, bundle vs here
-    run_replay(plan, ...)                kit up's own start/watch/clean-up, then `compare`
-    compare(bundle result, replay)       verdict, phase and stuck ranks: reproduced or not
+    plan = plan_replay(bundle, sets, ...)   the launch to start: the bundle's image (by digest or
+                                            id, else the same manifest's tag), argv, environment,
+                                            container settings and phase limits, --set on top
+                                            (kit/diagnose/replay_launch.py), the secret names passed
+                                            from this machine, and what the trust policy refuses
+                                            (kit/diagnose/trust.py): plan.refused
+    plan_view(plan)                         what will run, as data and as lines to print
+                                            (kit/diagnose/replay_plan.py)
+    differences(plan, here)                 fingerprint differences that matter, bundle vs here
+    run_replay(plan, ...)                   kit up's own start/watch/clean-up, then `compare`
+                                            (kit/startup/replay.py: start-up sits above this)
+    compare(bundle result, replay)          verdict, phase and stuck ranks: reproduced or not
 
-`--set` works as in `kit up`: `env.NAME=VALUE` sets a variable of the replay (`env.NAME=none`
-removes it); any other key is applied to the catalog's launch of the target, and what it changes
-there (argv, environment, timing) is applied to the bundle's launch. Secret variables the launch
-had (HF_TOKEN, an API key's variable) are read from this machine's environment by name; a masked
-secret flag value (`--api-key`) is replaced by a fresh random one (start-up does not depend on it).
+A bundle is untrusted input. The plan is shown before anything starts, and `kit repro` starts it
+only when `plan.refused` is empty (an SGLang launch as the kit renders one) or the user says
+`--trust-bundle`. Secret variables the bundle's launch had are passed from this machine only where
+the catalog target passes them itself (HF_TOKEN for a gated model) or the user names them
+(`--pass-env NAME`); a masked secret flag value (`--api-key`) is replaced by a fresh random one
+(start-up does not depend on it).
+
+Others extend the plan with sections of their own: `ReplayPlan.extra` holds (title, lines) pairs
+that `plan_view` prints after the standard ones (e.g. a version-difference section).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.catalog._overrides import RESET, parse_override
-from kit.diagnose import facts
+from kit.diagnose import facts, trust
 from kit.diagnose import fingerprint as fp
 from kit.diagnose.bundle import Bundle
 from kit.diagnose.redact import MASK
+from kit.diagnose.replay_launch import (
+    Recorded,
+    no_effect,
+    replay_launch,
+    shm_bytes,
+    size_text,
+    split_sets,
+)
 from kit.errors import EnvironmentProblem, InputError
 from kit.spec import LaunchSpec
 
-_STUCK = {"hung", "deadline", "stalled"}
+_STUCK = {"hung", "deadline", "stalled"}  # did not finish ("stalled": old bundles' word for hung)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -41,12 +60,24 @@ class ReplayPlan:
     image_ref: str
     image_tag: str
     image_note: str | None
+    image_id: str | None = None
+    """The local id of image_ref (what will run)."""
     changes: tuple[str, ...] = ()
     """What --set changed in the launch, one line each."""
     notes: tuple[str, ...] = ()
     """Facts about the replay a person should see (missing secrets, a catalog launch stood in)."""
     first_token: bool = False
     sets: tuple[str, ...] = ()
+    refused: tuple[trust.Refusal, ...] = ()
+    """What the trust policy does not start without --trust-bundle, one item each."""
+    passed: tuple[str, ...] = ()
+    """Names of this machine's variables the replay reads (the target's own, and --pass-env)."""
+    withheld: tuple[str, ...] = ()
+    """The bundle's secret names that are not passed."""
+    no_effect: tuple[str, ...] = ()
+    """--set items that change nothing in the replay (kit repro exits 2 on them)."""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """More sections for the plan: (title, lines), printed after the standard ones."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +95,7 @@ class ReproResult:
     compared: tuple[Comparison, ...]
     differences: tuple[str, ...]
     changes: tuple[str, ...]
-    result: Any  # kit.startup.result.UpResult
+    result: Any  # kit.startup.result.UpResult (start-up imports this module, never the reverse)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -111,50 +142,80 @@ def find_image(
 # -- the launch ----------------------------------------------------------------------------------
 
 
-def _split_sets(sets: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
-    """(env.NAME=VALUE sets: NAME -> VALUE or None to remove, the other sets)."""
-    env: dict[str, str | None] = {}
-    other: list[str] = []
-    for item in sets:
-        parts, value = parse_override(item)
-        if parts[0] == "env" and len(parts) == 2:
-            env[parts[1]] = None if value.lower() == RESET else value
-        else:
-            other.append(item)
-    return env, other
-
-
-def _groups(argv: Sequence[str]) -> list[tuple[str | None, list[str]]]:
-    """[python, -m, x, --tp, 2, --flag] -> [(None, [python, -m, x]), (--tp, [2]), (--flag, [])]."""
-    groups: list[tuple[str | None, list[str]]] = [(None, [])]
-    for arg in argv:
-        if arg.startswith("--"):
-            groups.append((arg, []))
-        else:
-            groups[-1][1].append(arg)
-    return groups
-
-
-def patch_argv(argv: Sequence[str], base: Sequence[str], changed: Sequence[str]) -> list[str]:
-    """What --set changed from the catalog's BASE argv to CHANGED, applied to the bundle's ARGV flag by
-    flag (values replaced, flags added or removed), so flags only the bundle has are kept."""
-    before, after = dict(_groups(base)[1:]), dict(_groups(changed)[1:])
-    out: list[tuple[str | None, list[str]]] = []
-    for flag, values in _groups(argv):
-        if flag is not None and flag in before and flag not in after:
-            continue  # removed by the change
-        if flag is not None and flag in after and before.get(flag) != after[flag]:
-            values = after[flag]
-        out.append((flag, values))
-    present = {flag for flag, _ in out}
-    out += [(flag, values) for flag, values in after.items() if flag not in before and flag not in present]
-    return [token for flag, values in out for token in ([flag] if flag else []) + values]
-
-
 def _list(value: Any, what: str, bundle: Bundle) -> list:
-    if not isinstance(value, list):
-        raise InputError(str(bundle.path), f"fingerprint.json: {what} is not a list", "make the bundle again")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(
+            str(bundle.path), f"fingerprint.json: {what} is not a list of strings", "make the bundle again"
+        )
     return value
+
+
+def _env(value: Any, bundle: Bundle) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InputError(
+            str(bundle.path), "fingerprint.json: launch.env is not NAME -> text", "make the bundle again"
+        )
+    return dict(value)
+
+
+def _settings(container: Mapping[str, Any]) -> dict[str, Any]:
+    """The container settings a replay takes from a bundle (trust.check_container vets them first)."""
+    shm = container.get("shm_size")
+    ulimits = container.get("ulimits")
+    caps = container.get("cap_add")
+    return {
+        "shm_size": _size(shm),
+        "ipc_host": container.get("ipc_mode") == "host",
+        "ulimits": {str(k): v for k, v in ulimits.items() if type(v) is int}
+        if isinstance(ulimits, dict)
+        else {},
+        "cap_add": tuple(str(c) for c in caps) if isinstance(caps, list) else (),
+    }
+
+
+# Profile keys a bundle's recorded overrides may not set on this machine: the host side of a launch
+# (mounts, published address, passed variables, capabilities) comes from launch.container (checked)
+# and this kit's catalog, and extra_args would widen the flags the trust policy accepts.
+_HOST_KEYS = ("container", "extra_args")
+
+
+def replayed_overrides(recorded: Any, notes: list[str]) -> list[str]:
+    """The bundle's recorded --set overrides a replay applies again; the host's keys are left out."""
+    if recorded is None or fp.is_unknown(recorded):
+        return []
+    if not isinstance(recorded, list) or not all(isinstance(o, str) for o in recorded):
+        notes.append("the bundle's recorded overrides are not a list of KEY=VALUE; none are replayed")
+        return []
+    kept = []
+    for item in recorded:
+        if item.split("=", 1)[0].strip().split(".")[0] in _HOST_KEYS:
+            notes.append(
+                f"override {trust.shown(item, 80)}: not replayed (container settings come from the "
+                "bundle's launch.container and this machine's catalog)"
+            )
+        else:
+            kept.append(item)
+    return kept
+
+
+def _size(shm: Any) -> int | None:
+    try:
+        return shm_bytes(shm) if isinstance(shm, (int, str)) and not isinstance(shm, bool) else None
+    except Exception:  # docker's parse_bytes on a size it cannot read: check_container named it
+        return None
+
+
+def _fresh_api_keys(argv: list[str], notes: list[str]) -> list[str]:
+    """A masked secret flag's value (--api-key <redacted>) becomes a fresh random one."""
+    for i, arg in enumerate(argv):
+        if MASK in arg:
+            flag = argv[i - 1] if arg == MASK and i > 0 else arg.partition("=")[0]
+            notes.append(
+                f"{trust.shown(flag, 40)}: the bundle's value was masked; the replay uses a fresh random one"
+            )
+    return [
+        secrets.token_urlsafe(24) if a == MASK else a.replace(MASK, secrets.token_urlsafe(24)) for a in argv
+    ]
 
 
 def plan_replay(
@@ -162,11 +223,17 @@ def plan_replay(
     sets: Sequence[str] = (),
     *,
     image_id_of: Callable[[str], str | None],
+    image_labels_of: Callable[[str], Mapping[str, str] | None] = lambda ref: None,
     environ: Mapping[str, str] = os.environ,
+    pass_env: Sequence[str] = (),
 ) -> ReplayPlan:
-    """The launch a replay starts, from the bundle and --set; reads only the catalog and image list."""
-    from kit.launch import resolve
-    from kit.startup.limits import limits_from_spec
+    """The launch a replay starts, from the bundle, --set and --pass-env, with what the trust policy
+    refuses in it; reads only the catalog and the image list (image_id_of, image_labels_of)."""
+    from kit.diagnose.show import summary_differs
+    from kit.images.manifest import load_manifest
+    from kit.launch import resolve_full
+    from kit.render.docker import run_kwargs
+    from kit.runtime import compile_cache
 
     finger = bundle.fingerprint
     launch = finger.get("launch")
@@ -178,95 +245,132 @@ def plan_replay(
     target = fp.known(launch.get("target")) or result.get("target")
     if not isinstance(target, str):
         raise InputError(str(bundle.path), "the bundle names no target", "make the bundle again")
+    for name in pass_env:
+        if not _ENV_NAME.fullmatch(name):
+            raise InputError(
+                "--pass-env", f"'{trust.shown(name, 40)}' is not a variable name", "e.g. --pass-env HF_TOKEN"
+            )
     image = finger.get("image") if isinstance(finger.get("image"), dict) else {}
     image_name = fp.known(image.get("name"))
+    if image_name is not None and not isinstance(image_name, str):
+        raise InputError(
+            str(bundle.path), "fingerprint.json: image.name is not text", "make the bundle again"
+        )
     notes: list[str] = []
     if image_name is None:
         notes.append(f"the bundle names no image; replaying on {target}'s own image")
-    recorded = fp.known(launch.get("overrides"))
-    overrides = [str(o) for o in recorded] if isinstance(recorded, list) else []
-    env_sets, other_sets = _split_sets(sets)
-    base = resolve(target, image=image_name, overrides=overrides)
-    changed = resolve(target, image=image_name, overrides=[*overrides, *other_sets]) if other_sets else base
+    overrides = replayed_overrides(launch.get("overrides"), notes)
+    try:
+        base = resolve_full(target, image=image_name, overrides=overrides)
+    except InputError as exc:
+        raise InputError(
+            str(bundle.path), f"fingerprint.json: launch.overrides: {exc.one_line()}", "make the bundle again"
+        ) from exc
     if not image:
-        image = {"name": base.image, "tag": base.image_ref}
+        image = {"name": base.spec.image, "tag": base.spec.image_ref}
     elif image_name is None:
-        image = {**image, "name": base.image, "tag": base.image_ref}
+        image = {**image, "name": base.spec.image, "tag": base.spec.image_ref}
     image_ref, image_note = find_image(image, image_id_of=image_id_of)
+    refused: list[trust.Refusal] = []
 
-    argv = fp.known(launch.get("argv"))
-    if argv is None:
-        argv = list(base.argv)
-        notes.append(f"the bundle's launch is unknown ({launch.get('argv_from')}); replaying the catalog's")
-    argv = [str(a) for a in _list(argv, "launch.argv", bundle)]
-    changes: list[str] = []
-    if changed.argv != base.argv:
-        patched = patch_argv(argv, base.argv, changed.argv)
-        changes.append(f"argv: {fp.argv_change(argv, patched)}")
-        argv = patched
-    masked_flags = [argv[i - 1] for i, a in enumerate(argv) if a == MASK and i > 0]
-    argv = [
-        secrets.token_urlsafe(24) if a == MASK else a.replace(MASK, secrets.token_urlsafe(24)) for a in argv
-    ]
-    for flag in masked_flags:
-        notes.append(f"{flag}: the bundle's value was masked; the replay uses a fresh random one")
-
-    env_recorded = fp.known(launch.get("env"))
-    env: dict[str, str] = dict(env_recorded) if isinstance(env_recorded, dict) else dict(base.env)
-    if not isinstance(env_recorded, dict):
-        notes.append("the bundle's environment is unknown; replaying the catalog's")
-    secret_names = [str(s) for s in (launch.get("secrets") or []) if isinstance(s, str)]
-    env = {k: str(v) for k, v in env.items() if v != MASK and k not in secret_names}
-    for key in sorted(set(base.env) | set(changed.env)):
-        if base.env.get(key) != changed.env.get(key):
-            before = env.get(key)
-            if key in changed.env:
-                env[key] = changed.env[key]
-            else:
-                env.pop(key, None)
-            changes.append(
-                f"env {key}: {before if before is not None else '(unset)'} -> {env.get(key, '(unset)')}"
-            )
-    for key, value in env_sets.items():
-        before = env.get(key)
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-        if before != env.get(key):
-            changes.append(
-                f"env {key}: {before if before is not None else '(unset)'} -> {env.get(key, '(unset)')}"
-            )
-    missing = [k for k in secret_names if not environ.get(k)]
-    for name in missing:
-        notes.append(f"{name}: set in the bundle's launch, not set here (the replay runs without it)")
-
-    limits_data = fp.known(launch.get("limits"))
-    if changed.timing != base.timing or not isinstance(limits_data, dict):
-        limits = limits_from_spec(changed)
-        if changed.timing != base.timing:
-            changes.append("phase limits: from the catalog with the --set changes")
+    # What the bundle ran: its argv (the kit's API-key wrapper taken off), env, secrets, settings.
+    argv_recorded = fp.known(launch.get("argv"))
+    if argv_recorded is None:
+        argv = list(base.spec.argv)
+        notes.append(
+            f"the bundle's launch is unknown ({trust.shown(launch.get('argv_from'))}); "
+            "replaying the catalog's"
+        )
     else:
-        limits = fp.limits_from_data(limits_data)
-
+        argv = [str(a) for a in _list(argv_recorded, "launch.argv", bundle)]
+    argv, key_variable = trust.unwrap_api_key(argv)
+    if key_variable:
+        argv += ["--api-key", secrets.token_urlsafe(24)]
+        notes.append(
+            f"the bundle's server read its API key from {key_variable} through the kit's wrapper; "
+            "the replay passes a fresh random key instead"
+        )
+    argv = _fresh_api_keys(argv, notes)
+    env_recorded = fp.known(launch.get("env"))
+    if env_recorded is None:
+        env = dict(base.spec.env)
+        notes.append("the bundle's environment is unknown; replaying the catalog's")
+    else:
+        env = _env(env_recorded, bundle)
+    listed = launch.get("secrets") or []
+    secret_names = [str(s) for s in (listed if isinstance(listed, list) else []) if isinstance(s, str)]
+    secret_names += [k for k, v in env.items() if v == MASK and k not in secret_names]
+    secret_names += [key_variable] if key_variable and key_variable not in secret_names else []
+    env = {k: v for k, v in env.items() if v != MASK and k not in secret_names}
     container = fp.known(launch.get("container"))
     container = container if isinstance(container, dict) else {}
-    update: dict[str, Any] = {
-        "argv": tuple(argv),
-        "env": env,
-        "pass_env": tuple(dict.fromkeys([*secret_names, *changed.pass_env])),
-        "image_ref": image_ref,
-        "notes": tuple(f"override: {o}" for o in [*overrides, *sets]),
-    }
-    if container:
-        shm = container.get("shm_size")
-        update["shm_size"] = str(shm) if isinstance(shm, int) and shm > 0 else changed.shm_size
-        update["ipc_host"] = container.get("ipc_mode") == "host"
-        if isinstance(container.get("ulimits"), dict):
-            update["ulimits"] = {str(k): int(v) for k, v in container["ulimits"].items() if v is not None}
-        if isinstance(container.get("cap_add"), list):
-            update["cap_add"] = tuple(str(c) for c in container["cap_add"])
-    spec = changed.model_copy(update=update)
+    refused += trust.check_container(container)
+    limits_data = fp.known(launch.get("limits"))
+
+    recorded = Recorded(
+        argv=tuple(argv),
+        env=env,
+        limits=limits_data if isinstance(limits_data, dict) else None,
+        settings=_settings(container) if container else None,
+    )
+    replay = replay_launch(recorded, sets, target=target, image=image_name, overrides=overrides)
+    silent = tuple(no_effect(recorded, sets, target=target, image=image_name, overrides=overrides))
+    limits = fp.limits_from_data(replay.limits)
+    resolved = replay.resolved
+    changed = resolved.spec
+
+    # Secrets by consent: the target's own names and the ones named on the command line.
+    agreed = trust.consent(secret_names, changed.pass_env, pass_env)
+    for name in agreed.passed:
+        if not environ.get(name):
+            notes.append(f"{name}: passed by name, not set here (the replay runs without it)")
+    settings = replay.settings
+    has_key = any(a == "--api-key" or a.startswith("--api-key=") for a in replay.argv)
+    spec = changed.model_copy(
+        update={
+            "argv": replay.argv,
+            "env": replay.env,
+            "pass_env": agreed.passed,
+            "image_ref": image_ref,
+            "api_key_env": None if has_key else changed.api_key_env,
+            "shm_size": size_text(settings.get("shm_size")),
+            "ipc_host": bool(settings.get("ipc_host")),
+            "ulimits": dict(settings.get("ulimits") or {}),
+            "cap_add": tuple(settings.get("cap_add") or ()),
+            "notes": tuple(f"override: {o}" for o in [*overrides, *sets]),
+        }
+    )
+
+    # What the trust policy refuses in the launch that is about to start.
+    mine = set(split_sets(sets)[0])
+    refused += trust.check_argv(spec.argv, trust.known_flags(resolved.dialect, resolved.profile.extra_args))
+    refused += trust.check_env(
+        {k: v for k, v in spec.env.items() if k not in mine}, kit_values=compile_cache.ENV
+    )
+    kwargs = run_kwargs(spec, diagnose=True)
+    volumes = kwargs.get("volumes") or {}
+    refused += trust.check_mounts({v["bind"]: source for source, v in volumes.items()})
+    manifest = load_manifest(spec.image)
+    image_tag = image.get("tag") if isinstance(image.get("tag"), str) else None
+    if image_ref == image_tag and image_tag != manifest.tag:
+        refused.append(
+            trust.Refusal(
+                "image", f"{trust.shown(image_tag, 80)} is not the kit's tag of {spec.image} ({manifest.tag})"
+            )
+        )
+    else:
+        refused += trust.check_image(
+            name=spec.image, manifest_tag=manifest.tag, ref=image_ref, labels=image_labels_of(image_ref)
+        )
+    edited = summary_differs(bundle)
+    if edited:
+        refused.append(
+            trust.Refusal(
+                "summary.md",
+                f"says what fingerprint.json does not (a hand-edited bundle?): {edited[0]}"
+                + (f" (and {len(edited) - 1} more lines)" if len(edited) > 1 else ""),
+            )
+        )
     return ReplayPlan(
         bundle=bundle,
         spec=spec,
@@ -274,10 +378,15 @@ def plan_replay(
         image_ref=image_ref,
         image_tag=changed.image_ref,
         image_note=image_note,
-        changes=tuple(changes),
+        image_id=image_id_of(image_ref),
+        changes=replay.changes,
         notes=tuple(notes),
         first_token=result.get("verdict") == "failed",
         sets=tuple(sets),
+        refused=tuple(refused),
+        passed=agreed.passed,
+        withheld=agreed.withheld,
+        no_effect=silent,
     )
 
 
@@ -319,7 +428,7 @@ def _verdict_class(verdict: str | None) -> str:
 def compare(
     bundle_result: Mapping[str, Any], replay: Mapping[str, Any]
 ) -> tuple[bool, tuple[Comparison, ...]]:
-    """Verdict (HUNG, DEADLINE and a log's STALLED are one kind: start-up did not finish), phase and
+    """Verdict (HUNG and DEADLINE are one kind: start-up did not finish), phase and
     stuck ranks of the bundle against the replay's."""
     bv, rv = str(bundle_result.get("verdict")), str(replay.get("verdict"))
     rows = [
@@ -339,33 +448,38 @@ def compare(
     return all(r.same for r in rows), tuple(rows)
 
 
-def run_replay(
-    plan: ReplayPlan,
-    differences_found: Sequence[str],
-    *,
-    keep: bool = False,
-    on_progress: Callable | None = None,
-    on_start: Callable | None = None,
-) -> ReproResult:
-    """Start the planned launch with kit up's own code (same clean-up on every path) and compare."""
-    from kit.output import jsonable
-    from kit.startup.up import run_up
+# -- the CLI's gate --------------------------------------------------------------------------------
 
-    result = run_up(
-        plan.spec,
-        plan.limits,
-        keep=keep,
-        on_progress=on_progress,
-        on_start=on_start,
-        first_token=plan.first_token,
-    )
-    same, rows = compare(plan.bundle.result, jsonable(result))
-    return ReproResult(
-        bundle=str(plan.bundle.path),
-        reproduced=same and result.verdict != "interrupted",
-        compared=rows,
-        differences=tuple(differences_found),
-        changes=plan.changes,
-        result=result,
-        notes=plan.notes + ((plan.image_note,) if plan.image_note else ()),
-    )
+
+def refuse(plan: ReplayPlan, *, trusted: bool) -> None:
+    """InputError (exit 2, before any container starts) for --set items that change nothing, and
+    for what the trust policy refuses unless TRUSTED; one line naming each item."""
+    if plan.no_effect:
+        raise InputError(
+            "--set",
+            f"{', '.join(trust.shown(s, 80) for s in plan.no_effect)} changes nothing in the replay's "
+            "argv, environment, limits or container settings (the bundle already has it, or the key "
+            "is not part of this launch)",
+            "check the key and the value; without it the replay is the bundle's own launch",
+        )
+    if plan.refused and not trusted:
+        items = "; ".join(r.line() for r in plan.refused)
+        raise InputError(
+            str(plan.bundle.path),
+            f"not an SGLang launch the kit starts on its own ({len(plan.refused)} refused): {items}",
+            "read the plan above; --trust-bundle starts it as it is",
+        )
+
+
+def local_image_labels(ref: str) -> dict[str, str] | None:
+    """The labels of the local image REF names, or None when there is none."""
+    from docker.errors import ImageNotFound, NotFound
+
+    from kit.runtime.engine import client, translated
+
+    with translated(f"reading the labels of image {ref}"):
+        try:
+            image = client().images.get(ref)
+        except (ImageNotFound, NotFound):
+            return None
+    return dict((image.attrs.get("Config") or {}).get("Labels") or {})

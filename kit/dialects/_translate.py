@@ -118,11 +118,14 @@ def translate(
             notes.append(f"{dialect.name}: dropped {var} ({why})")
 
     args: list[str] = []
+    single_node = _nodes(intent.get("nnodes")) <= 1
     for key in dialect.flags:
         flag = dialect.flag(key)
         value = intent.get(key)
         if flag is None or value is None or value == AUTO:
             continue
+        if single_node and key in _MULTI_NODE:
+            continue  # a node's rank and the rendezvous address describe a multi-node launch only
         if flag.flag is None:
             written = flag.when_true if value else flag.when_false
             if written:
@@ -156,6 +159,17 @@ def translate(
         notes=tuple(notes),
         applied=tuple(applied),
     )
+
+
+# Written only when nnodes > 1: they name one node of a multi-node launch.
+_MULTI_NODE = ("node_rank", "dist_init_addr")
+
+
+def _nodes(value: Any) -> int:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else 1
+    except (TypeError, ValueError):
+        return 1
 
 
 # Intents worth a note when a dialect cannot express them (the rest have defaults that match).
@@ -200,3 +214,76 @@ def _rewrite_extra(dialect: Dialect, extra_args: tuple[str, ...], notes: list[st
             continue
         out.append(arg)
     return out
+
+
+# -- the reverse: what a launch's flags and env say, as intent ----------------------------------
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A launch read back into intent keys (the reverse of `translate`)."""
+
+    intent: dict[str, Any]
+    """Intent keys the flags and env give (values read as TOML: 2, 0.8, true, else text)."""
+    extra_args: tuple[str, ...]
+    """Flags no intent covers (--revision, --api-key, a profile's extra_args), in order, with their
+    values: what `translate` takes as extra_args to write them again."""
+
+
+def read_launch(dialect: Dialect, args: tuple[str, ...] | list[str], env: Mapping[str, str]) -> Reading:
+    """Server flags (what follows the entry point) and env -> intent keys, with the dialect.
+
+    A valued flag gives its value, a switch True or False, a renamed flag is read under its new
+    name, a variable of the dialect's [env] its intent. `translate(dialect, reading.intent,
+    extra_args=reading.extra_args)` writes the same flags again (in the dialect's order)."""
+    from kit.catalog._overrides import parse_value
+
+    table: dict[str, tuple[str, Any]] = {}
+    for key in dialect.flags:
+        flag = dialect.flag(key)
+        if flag is None:
+            continue
+        if flag.flag:
+            table[flag.flag] = (key, None)
+        if flag.when_true:
+            table[flag.when_true] = (key, True)
+        if flag.when_false:
+            table[flag.when_false] = (key, False)
+    intent: dict[str, Any] = {}
+    extra: list[str] = []
+    items = list(args)
+    i = 0
+    while i < len(items):
+        start = i
+        name, eq, inline = items[i].partition("=")
+        i += 1
+        values = [inline] if eq else []
+        while i < len(items) and not items[i].startswith("--"):
+            values.append(items[i])
+            i += 1
+        known = table.get(dialect.renamed.get(name, name)) if name.startswith("--") else None
+        if known is None:
+            extra += items[start:i]
+            continue
+        key, switch = known
+        if switch is not None and not values:
+            intent[key] = switch
+        elif switch is None and len(values) == 1:
+            intent[key] = values[0] if key in _TEXT_INTENTS else parse_value(values[0])
+        else:
+            extra += items[start:i]
+    for key, var in dialect.env.items():
+        if var in env:
+            intent[key] = env[var]
+    return Reading(intent, tuple(extra))
+
+
+# Intents whose values are names or text, never numbers (a model path of digits stays text).
+_TEXT_INTENTS = {
+    "model_path",
+    "dist_init_addr",
+    "host",
+    "reasoning_parser",
+    "tool_call_parser",
+    "cpu_threads_bind",
+}

@@ -137,6 +137,7 @@ def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
         _add_tree(tar, f"{REHEARSAL_DIR}/shims", rehearsal / "shims")
         _add_file(tar, f"{REHEARSAL_DIR}/kit_faults.py", rehearsal / "kit_faults.py")
         _add_file(tar, f"{REHEARSAL_DIR}/tiny_model.py", rehearsal / "tiny_model.py")
+        _add_file(tar, f"{REHEARSAL_DIR}/tiny_qwen3_5.py", rehearsal / "tiny_qwen3_5.py")
         if options.ca_bundle:
             if not options.ca_bundle.is_file():
                 raise InputError("--ca-bundle", f"no file at {options.ca_bundle}", "give a PEM bundle path")

@@ -6,6 +6,8 @@
     Attempts                                    the same interface over a log of several
                                                 launches: judges the last, summarises the others
     analyze_text(text) / analyze_path(path)     an offline report with likely causes
+    limits_from_spec(spec) (kit/logs/limits.py) a LaunchSpec's timing as PhaseLimits
+    classify_stack / explain_hang (stacks.py)   where each rank waits, from py-spy dumps
 
 Patterns per SGLang release live in patterns.toml and likely causes in causes.toml; see
 docs/logs.md.

@@ -9,7 +9,10 @@ attempt. Not at `init.begin`: an MTP/EAGLE draft worker prints the start-up cycl
 the same launch.
 
 A launch line opens a new attempt when the current attempt already saw a launch line of the same
-kind (vLLM prints two different ones per start) or already printed a milestone or an error.
+kind (vLLM prints two different ones per start) or already printed a milestone, or an error after
+its own launch line. An error before any launch line belongs to the launch that follows: SGLang
+prints its `server_args` line only after configuring itself, and a harmless traceback can come
+first (an optional import, `retry()` printing a failed Hub request; kit/logs/tracker.py).
 Pure and immutable, like the tracker; time is passed in.
 """
 
@@ -64,7 +67,7 @@ class Attempts:
     current: Tracker = field(default_factory=Tracker.start)
     earlier: tuple[AttemptSummary, ...] = ()
     launch_kinds: frozenset[str] = frozenset()  # launch lines the current attempt already saw
-    progressed: bool = False  # the current attempt printed a milestone or an error
+    progressed: bool = False  # the current attempt printed a milestone, or an error after its launch line
     first_line: int = 1  # the log line where the current attempt began (its launch line)
 
     @classmethod
@@ -98,9 +101,14 @@ class Attempts:
                 current=self.current.observe_event(event, t), launch_kinds=self.launch_kinds | {kind}
             )
         current = self.current.observe_event(event, t)
-        if not self.progressed and (event.milestone is not None):
+        if not self.progressed and self._progresses(event):
             return self._evolve(current=current, progressed=True)
         return self._evolve(current=current)
+
+    def _progresses(self, event: Event) -> bool:
+        if event.milestone is Milestone.ERROR:
+            return bool(self.launch_kinds)
+        return event.milestone is not None
 
     def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Attempts:
         """Many (event, time) pairs at once (an offline log): each attempt's tracker is opened once
@@ -112,7 +120,7 @@ class Attempts:
             if not batch:
                 return attempts
             current = attempts.current.observe_timed(batch)
-            progressed = attempts.progressed or any(e.milestone is not None for e, _ in batch)
+            progressed = attempts.progressed or any(attempts._progresses(e) for e, _ in batch)
             batch.clear()
             return attempts._evolve(current=current, progressed=progressed)
 

@@ -1,7 +1,8 @@
 """Rank the likely causes in causes.toml by the evidence an analysis found (see that file's header).
 
-Evidence decides the order: a cause whose exception was raised beats one whose words appear, and
-both beat causes that merely fit the outcome and phase; those come last, marked generic.
+Evidence decides the order: a cause whose exception was raised beats one whose activity shape
+fits the watch's measurements (quiet ranks, spinning ranks), which beats one whose words appear,
+and all beat causes that merely fit the outcome and phase; those come last, marked generic.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any
 from kit.logs.events import Phase
 
 OUTCOMES = frozenset({"ready", "crashed", "hung"})
+# Shapes of the activity a live verdict was reached on (kit/logs/activity.py ActivitySummary.shape).
+SHAPES = frozenset({"quiet", "spinning"})
+_ACTIVITY_SCORE = 200  # a measured shape outweighs one word (100), never an exception (1000)
 _PHASES = frozenset(p.value for p in Phase) | {"none"}
 _KEYS = frozenset(
     {
@@ -30,6 +34,8 @@ _KEYS = frozenset(
         "exceptions",
         "words",
         "requires",
+        "activity",
+        "unless",
     }
 )
 
@@ -47,10 +53,8 @@ class Cause:
     words: tuple[str, ...] = ()
     exceptions: tuple[str, ...] = ()
     devices: frozenset[str] | None = None  # None: any
-
-    @property
-    def hints(self) -> tuple[str, ...]:  # the older name of `words`
-        return self.words
+    activity: frozenset[str] = frozenset()  # activity shapes it fits (quiet, spinning)
+    unless: tuple[str, ...] = ()  # words that rule it out (the server said it is not in use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +65,6 @@ class CauseMatch:
     evidence: tuple[str, ...]
     generic: bool  # nothing found: it only fits the outcome and phase
     score: int = 0
-
-    @property
-    def hints_found(self) -> tuple[str, ...]:  # the older name of `evidence`
-        return self.evidence
 
 
 @cache
@@ -100,6 +100,9 @@ def _cause(raw: dict[str, Any]) -> Cause:
         raise ValueError(f"{where}: unknown outcome {sorted(outcomes - OUTCOMES)} (use {sorted(OUTCOMES)})")
     if phases is not None and not phases <= _PHASES:
         raise ValueError(f"{where}: unknown phase {sorted(phases - _PHASES)}")
+    shapes = frozenset(_strings(raw, "activity", where))
+    if not shapes <= SHAPES:
+        raise ValueError(f"{where}: unknown activity {sorted(shapes - SHAPES)} (use {sorted(SHAPES)})")
     return Cause(
         id=raw["id"],
         title=raw["title"],
@@ -112,6 +115,8 @@ def _cause(raw: dict[str, Any]) -> Cause:
         words=_strings(raw, "words", where),
         exceptions=_strings(raw, "exceptions", where),
         devices=frozenset(raw["devices"]) if "devices" in raw else None,
+        activity=shapes,
+        unless=_strings(raw, "unless", where),
     )
 
 
@@ -143,6 +148,7 @@ def match_causes(
     device: str | None = None,
     exception: str | None = None,
     phase_known: bool = True,
+    activity: str | None = None,
 ) -> tuple[CauseMatch, ...]:
     """Causes that fit, ranked by evidence (see the module docstring).
 
@@ -161,20 +167,24 @@ def match_causes(
             continue
         if device is not None and cause.devices is not None and device not in cause.devices:
             continue
-        if cause.requires and not found_words(cause.requires, evidence):
+        if cause.unless and found_words(cause.unless, evidence):
+            continue
+        shaped = activity is not None and activity in cause.activity
+        if cause.requires and not shaped and not found_words(cause.requires, evidence):
             continue
         hits = tuple(e for e in cause.exceptions if e in raised)
         words = tuple(w for w in found_words(cause.words, evidence) if w not in hits)
         fits_phase = cause.phases is None or phase_name in cause.phases
         if not fits_phase and (phase_known or not (hits or words)):
             continue
-        generic = not (hits or words)
+        shape = (f"activity={activity}",) if shaped else ()
+        generic = not (hits or words or shaped)
         # Among causes with no evidence, one made for this phase alone beats one that fits many
         # phases; among causes with equal evidence the book's order (commoner first) decides.
         specific = 0
         if generic and cause.phases and phase_name in cause.phases:
             specific = 10 - min(len(cause.phases), 9)
-        score = 1000 * len(hits) + 100 * len(words) + specific
-        found.append((-score, order, CauseMatch(cause, hits + words, generic, score)))
+        score = 1000 * len(hits) + _ACTIVITY_SCORE * len(shape) + 100 * len(words) + specific
+        found.append((-score, order, CauseMatch(cause, hits + shape + words, generic, score)))
     found.sort(key=lambda item: (item[0], item[1]))
     return tuple(match for _, _, match in found[:limit])

@@ -20,6 +20,8 @@ class Milestone(StrEnum):
     LOAD_BEGIN = "load.begin"
     LOAD_END = "load.end"
     KV_READY = "kv.ready"
+    AUTOTUNE_BEGIN = "autotune.begin"
+    AUTOTUNE_END = "autotune.end"
     CAPTURE_BEGIN = "capture.begin"
     CAPTURE_END = "capture.end"
     HTTP_UP = "http.up"
@@ -33,6 +35,7 @@ class Phase(StrEnum):
     INIT = "init"
     LOAD = "load"
     MEMORY = "memory"
+    AUTOTUNE = "autotune"  # FlashInfer's kernel autotune between the memory pool and graph capture
     CAPTURE = "capture"
     WARMUP = "warmup"
     SERVING = "serving"
@@ -64,6 +67,8 @@ MILESTONE_ORDER: dict[Milestone, int] = {
             Milestone.LOAD_BEGIN,
             Milestone.LOAD_END,
             Milestone.KV_READY,
+            Milestone.AUTOTUNE_BEGIN,
+            Milestone.AUTOTUNE_END,
             Milestone.CAPTURE_BEGIN,
             Milestone.CAPTURE_END,
             Milestone.HTTP_UP,
@@ -78,13 +83,17 @@ SCHEDULER_MILESTONES = frozenset(
 )
 
 # The phase a rank is in once it has printed a milestone. After `kv.ready` the next work is CUDA
-# graph capture (or skipping it); after the last capture the server warms up until it is ready.
+# graph capture (or skipping it), unless the release announces FlashInfer's autotune first: its own
+# begin/end lines bracket an `autotune` phase, after which capture follows. After the last capture
+# the server warms up until it is ready.
 _PHASE_AFTER: dict[Milestone, Phase] = {
     Milestone.INIT_BEGIN: Phase.INIT,
     Milestone.INIT_END: Phase.LOAD,
     Milestone.LOAD_BEGIN: Phase.LOAD,
     Milestone.LOAD_END: Phase.MEMORY,
     Milestone.KV_READY: Phase.CAPTURE,
+    Milestone.AUTOTUNE_BEGIN: Phase.AUTOTUNE,
+    Milestone.AUTOTUNE_END: Phase.CAPTURE,
     Milestone.CAPTURE_BEGIN: Phase.CAPTURE,
     Milestone.CAPTURE_END: Phase.WARMUP,
     Milestone.HTTP_UP: Phase.WARMUP,

@@ -7,7 +7,10 @@ then calling `flush()`.
 The bulk path never runs Python per uninteresting line: one compiled alternation of every
 pattern's scan string (patterns.toml) searches the buffer in C, and only lines that hold a scan
 string are classified in Python. Tracebacks are the exception: once `Traceback (most recent
-call last)` is seen, following lines are read one by one until the exception line.
+call last)` is seen, following lines are read one by one until the exception line. A bare
+traceback (no prefix of its own) that follows a prefixed log line is that line's: Python's logging
+prints `logger.warning(msg, exc_info=True)` as the prefixed message, then the traceback unprefixed,
+so the rank, time and message come from the line before.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.logs.events import Event, Milestone, Note
-from kit.logs.launch import launch_fields
+from kit.logs.launch import launch_fields_at
 from kit.logs.patterns import TRACEBACK_FRAME, TRACEBACK_START, Pattern, PatternSet, default_patterns
 from kit.logs.prefix import sglang_prefix, strip_wrappers
 
@@ -33,6 +36,7 @@ class _PendingTraceback:
     opener: str
     lines: list[str] = field(default_factory=list)
     headless: bool = False  # a pasted tail that starts at a frame, without the opener
+    context: str | None = None  # the line before a bare opener: the logging call's own message
 
 
 def _chain(first: re.Match[str], scan: re.Pattern[str], line: str):
@@ -67,6 +71,7 @@ class LogParser:
         self._line_no = 0
         self._pending: _PendingTraceback | None = None
         self._seen_once: set[Pattern] = set()
+        self._previous: str | None = None  # the last line fed one at a time (a bare traceback's context)
         # Line tails (from the first scan hit on) already classified: ranks and restarts print
         # the same milestone text over and over. Only results that depend on the tail alone.
         self._memo: dict[str, tuple[Pattern, int, dict[str, Any]]] = {}
@@ -104,6 +109,8 @@ class LogParser:
             self._line_no += text.count("\n", pos, start)
             end = text.find("\n", hit.start())
             end = size if end < 0 else end
+            if start > 0 and hit.group() == TRACEBACK_START:  # only then is the line before needed
+                self._previous = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
             events.extend(self._feed_one(text[start:end], hit.start() - start))
             pos = end + 1
         return events
@@ -121,6 +128,7 @@ class LogParser:
         self._line_no += 1
         if line.endswith("\r"):
             line = line[:-1]
+        previous, self._previous = self._previous, line
         events: list[Event] = []
         if self._pending is not None:
             step = _traceback_step(line)
@@ -139,7 +147,7 @@ class LogParser:
                 return events
             hit = found.start()
         if TRACEBACK_START in line:
-            self._pending = _PendingTraceback(self._line_no, line, [line])
+            self._pending = _PendingTraceback(self._line_no, line, [line], context=previous)
             return events
         if TRACEBACK_FRAME in line and _is_frame(line):
             self._pending = _PendingTraceback(self._line_no, line, [line], headless=True)
@@ -207,7 +215,7 @@ class LogParser:
             fields["kind"] = pattern.kind
         if pattern.note is Note.LAUNCH:
             # A new launch: its arguments say which ranks to expect, and "once" lines count again.
-            fields.update(launch_fields(line))
+            fields.update(launch_fields_at(line, at))
             self._seen_once.clear()
             self._search = self._patterns.scan.search
         elif pattern.milestone is Milestone.ERROR:
@@ -234,6 +242,13 @@ class LogParser:
         at = -1 if pending.headless else opener.find(TRACEBACK_START)
         time, rank = sglang_prefix(opener, at if at >= 0 else None)
         fields: dict[str, Any] = {"kind": "traceback"}
+        context = pending.context
+        if at == 0 and context and not context[:1].isspace():
+            # A bare opener: the logging call's message line before it says who and why.
+            context_time, context_rank = sglang_prefix(context)
+            if context_time is not None or context_rank is not None:
+                time, rank = context_time, context_rank
+                fields["message"] = strip_wrappers(context).strip()
         fatal = False
         # The opener's own words may be a fatal error line: "Scheduler hit an exception: Traceback
         # ...", "Initialization failed. warmup error: Traceback ...".

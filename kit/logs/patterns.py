@@ -61,6 +61,7 @@ class PatternSet:
     int_fields: frozenset[str]
     exception_phases: tuple[ExceptionPhase, ...] = ()
     _narrowed: dict[frozenset[Pattern], re.Pattern[str]] = field(default_factory=dict, compare=False)
+    _phases: dict[str, Phase | None] = field(default_factory=dict, compare=False, repr=False)
 
     def scan_without(self, seen_once: frozenset[Pattern]) -> re.Pattern[str]:
         """The scan minus the scan strings whose patterns are all `once` and already seen.
@@ -81,6 +82,16 @@ class PatternSet:
         return narrowed
 
     def phase_of(self, text: str) -> Phase | None:
+        """`_phase_of(text)`, remembered: a restarting server prints the same traceback each time."""
+        memo = self._phases
+        if text in memo:
+            return memo[text]
+        if len(memo) > 1024:
+            memo.clear()
+        phase = memo[text] = self._phase_of(text)
+        return phase
+
+    def _phase_of(self, text: str) -> Phase | None:
         """The phase an error's text (traceback or line) points at, or None.
 
         A message rule wins (`Capture cuda graph failed` is capture wherever it is raised); then

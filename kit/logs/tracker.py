@@ -5,34 +5,36 @@ is always passed in (monotonic seconds live, log timestamps offline); nothing he
 a file or a container. The verdict types are in kit/logs/verdicts.py; a log holding several
 launches is split into attempts by kit/logs/attempts.py, each attempt with its own tracker.
 
-It is a reducer in linear time: each event costs O(ranks), never O(events so far). Closed phase
-spans and reached milestones go into append-only logs that successive trackers share; a tracker
-remembers how much of each log is its own, and one that is observed again after a newer tracker
-appended (a branch, which live and offline use never do) copies its prefix first. Errors are
-kept as the few summaries verdicts need, not as a growing list.
+It is a reducer in linear time: each event costs O(ranks), never O(events so far); the event side
+lives in kit/logs/reducer.py. Errors are kept as the few summaries verdicts need, not as a growing
+list.
+
+Two clocks of quiet: `last_activity_at` moves with progress (lines, reads, GPU memory growth,
+compile writes, CPU where it counts) and decides HUNG; `last_alive_at` moves with any sign of life
+at all (CPU included) and decides whether a fatal line was the end. The kit removes a container on
+CRASHED, so CRASHED rests on the server's processes having exited (`ended`) or on a fatal line
+followed by no sign of life for `crash_grace_s`; a non-fatal error the server went on after is
+evidence in the result, never a verdict.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from kit.logs.activity import ActivitySample, what_moved
+from kit.logs.activity import ActivitySample, ActivitySummary, signs_of_life, summarize, what_moved
 from kit.logs.events import (
     MILESTONE_ORDER,
-    PHASE_ORDER,
     SCHEDULER_MILESTONES,
     Event,
     Milestone,
-    Note,
     Phase,
     Rank,
-    phase_after,
 )
 from kit.logs.launch import ExpectedRank, LaunchArgs
+from kit.logs.reducer import Log, Reducer
 from kit.logs.verdicts import (
     Crashed,
     Deadline,
@@ -46,24 +48,7 @@ from kit.logs.verdicts import (
 )
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
-_RECENT_ERRORS = 4
-_NOTE_KINDS = 16  # bounded: a log of any length keeps at most this many note lines
-
-
-class _Log:
-    """An append-only list shared by successive trackers; each knows how many items are its own."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: list[Any] | None = None):
-        self.items: list[Any] = [] if items is None else items
-
-
-def _append(log: _Log, size: int, item: Any) -> _Log:
-    if len(log.items) != size:  # an older tracker observed again: fork its own prefix
-        log = _Log(log.items[:size])
-    log.items.append(item)
-    return log
+_KEEP_SAMPLES = 16  # the last ~30 s of samples: the activity a verdict reports
 
 
 def _sort_key(state: RankState) -> tuple[int, ...]:
@@ -79,8 +64,11 @@ class Tracker:
     ranks: Mapping[str | None, RankState] = field(default_factory=lambda: _EMPTY)
     phase: Phase | None = None
     phase_since: float = 0.0
-    last_activity_at: float = 0.0
+    last_activity_at: float = 0.0  # the last progress (decides HUNG)
+    last_alive_at: float = 0.0  # the last sign of life of any kind (decides whether a fatal line ended it)
     last_sample: ActivitySample | None = None
+    samples: tuple[ActivitySample, ...] = ()  # the last few, oldest first (the verdict's activity)
+    gpu_error: str | None = None  # the first reason the GPUs could not be read (a GPU lost)
     seq: int = 0  # events observed; orders errors against progress
     progress_seq: int = 0
     all_ranks_print: frozenset[Milestone] = frozenset()  # seen from a line every rank prints
@@ -94,7 +82,8 @@ class Tracker:
     # set-up that stay evidence after the last lines have scrolled past them.
     notes: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # Errors that count, as summaries: the first fatal one (the cause), the last fatal one's seq
-    # (dates the crash), the last one (a non-fatal error is final if nothing progressed after it).
+    # (dates the crash), the last one (at the end of input, a non-fatal error is the cause if no
+    # milestone followed it).
     first_fatal: tuple[int, Event] | None = None
     last_fatal_seq: int | None = None
     last_error: tuple[int, float, Event] | None = None
@@ -102,14 +91,16 @@ class Tracker:
     # Open spans per rank label, with their creation order; closed ones are in the shared log.
     open_spans: Mapping[str, tuple[int, PhaseSpan]] = field(default_factory=lambda: _EMPTY)
     span_count: int = 0
-    _closed: _Log = field(default_factory=_Log, compare=False, repr=False)
+    _closed: Log = field(default_factory=Log, compare=False, repr=False)
     _closed_n: int = field(default=0, compare=False, repr=False)
-    _marks: _Log = field(default_factory=_Log, compare=False, repr=False)  # (milestone, rank key)
+    _marks: Log = field(default_factory=Log, compare=False, repr=False)  # (milestone, rank key)
     _marks_n: int = field(default=0, compare=False, repr=False)
 
     @classmethod
     def start(cls, limits: PhaseLimits | None = None, t: float = 0.0) -> Tracker:
-        return cls(limits=limits or PhaseLimits(), started_at=t, phase_since=t, last_activity_at=t)
+        return cls(
+            limits=limits or PhaseLimits(), started_at=t, phase_since=t, last_activity_at=t, last_alive_at=t
+        )
 
     def _evolve(self, **changes: Any) -> Tracker:
         """A copy with some fields changed: dataclasses.replace without re-running __init__."""
@@ -128,31 +119,56 @@ class Tracker:
         returned for it. Offline, events alone are enough.
         """
         tail = self.tail if text is None else (*self.tail, text)[-self.limits.evidence_lines :]
-        return self._evolve(last_activity_at=max(self.last_activity_at, t), tail=tail)
+        return self._evolve(
+            last_activity_at=max(self.last_activity_at, t),
+            last_alive_at=max(self.last_alive_at, t),
+            tail=tail,
+        )
 
     def observe_events(self, events: Iterable[Event], t: float) -> Tracker:
         return self.observe_timed((event, t) for event in events)
 
     def observe_event(self, event: Event, t: float) -> Tracker:
         """One parsed event seen at time `t` (its line also counts as log activity)."""
-        reducer = _Reducer(self)
+        reducer = Reducer(self)
         reducer.apply(event, t)
         return reducer.freeze()
 
     def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Tracker:
         """Many (event, time) pairs at once: the same tracker as observing them one by one, but
         the state is opened once and frozen once (an offline log of a million lines)."""
-        reducer = _Reducer(self)
+        reducer = Reducer(self)
         for event, t in timed:
             reducer.apply(event, t)
         return reducer.freeze()
 
     def observe_sample(self, sample: ActivitySample) -> Tracker:
-        """Activity counters; growth since the previous sample resets the stall window."""
+        """Activity counters: progress since the previous sample resets the stall window, any
+        movement at all (CPU included) counts as a sign of life."""
         previous = self.last_sample
         active = previous is not None and self._grew(previous, sample)
-        last = max(self.last_activity_at, sample.t) if active else self.last_activity_at
-        return self._evolve(last_sample=sample, last_activity_at=last)
+        alive = active or (previous is not None and self._lives(previous, sample))
+        return self._evolve(
+            last_sample=sample,
+            samples=(*self.samples, sample)[-_KEEP_SAMPLES:],
+            last_activity_at=max(self.last_activity_at, sample.t) if active else self.last_activity_at,
+            last_alive_at=max(self.last_alive_at, sample.t) if alive else self.last_alive_at,
+            gpu_error=self.gpu_error or sample.gpu_error,
+        )
+
+    def _lives(self, before: ActivitySample, after: ActivitySample) -> bool:
+        limits = self.limits
+        return (
+            signs_of_life(
+                before,
+                after,
+                cpu_alive_cores=limits.cpu_alive_cores,
+                min_read_bytes=limits.min_read_bytes,
+                min_net_bytes=limits.min_net_bytes,
+                min_gpu_mem_bytes=limits.min_gpu_mem_bytes,
+            )
+            is not None
+        )
 
     def _grew(self, before: ActivitySample, after: ActivitySample) -> bool:
         limits = self.limits
@@ -165,6 +181,8 @@ class Tracker:
                 min_read_bytes=limits.min_read_bytes,
                 min_net_bytes=limits.min_net_bytes,
                 min_gpu_mem_bytes=limits.min_gpu_mem_bytes,
+                compile_counts=self.stage in limits.compile_counts_in,
+                min_compile_bytes=limits.min_compile_bytes,
             )
             is not None
         )
@@ -173,7 +191,7 @@ class Tracker:
 
     @property
     def stage(self) -> str:
-        """The limits key in force: launch, init, load, memory, capture, warmup, serving.
+        """The limits key in force: launch, init, load, memory, autotune, capture, warmup, serving.
 
         The server's own warm-up request after the HTTP server is up stays `warmup`: its first
         forward pass compiles kernels and can take far longer than a client's first token, which
@@ -282,19 +300,43 @@ class Tracker:
     def crash(self, now: float, *, ended: bool = False) -> tuple[int, Event] | None:
         """The error that ended the server, if one did, with the sequence number that dates it.
 
-        A fatal line ends it at once; the first fatal line is shown (later ones, such as
-        "Received sigquit", are its consequences). A non-fatal error ends it only when nothing
-        progressed after it, once `crash_grace_s` passed or the input ended.
+        `ended`: the server's processes exited (live) or the input is over (offline). Then a fatal
+        line is the crash, and so is a non-fatal error no milestone and no longer life (past the
+        grace) followed. While the server
+        runs, only a fatal line followed by no sign of life for `crash_grace_s` is a crash: a
+        server that logs an error and goes on (lines, reads, GPU memory, CPU) is not removed for
+        it. The first fatal line is shown (later ones, such as "Received sigquit", are its
+        consequences).
         """
         if self.first_fatal is not None:
             assert self.last_fatal_seq is not None
-            return self.last_fatal_seq, self.first_fatal[1]
-        if self.last_error is None:
+            if ended or now - self.last_alive_at >= self.limits.crash_grace_s:
+                return self.last_fatal_seq, self.first_fatal[1]
+            return None
+        if self.last_error is None or not ended:
             return None
         seq, t, event = self.last_error
-        if seq > self.progress_seq and (ended or now - t >= self.limits.crash_grace_s):
+        # The end came with the error: nothing progressed and nothing lived on long after it. A
+        # server that worked on for minutes after a harmless traceback and then died (killed for
+        # memory, say) ended for another reason, which the exit says (kit/startup/watch.py).
+        if seq > self.progress_seq and self.last_alive_at - t < self.limits.crash_grace_s:
             return seq, event
         return None
+
+    def survived_errors(self, now: float, *, ended: bool = False) -> tuple[Event, ...]:
+        """Non-fatal errors that did not end the server (it logged them and went on): evidence in
+        the result, not the verdict. The last few only (kit/logs/reducer.py keeps RECENT_ERRORS)."""
+        crash = self.crash(now, ended=ended)
+        cause = None if crash is None else crash[1]
+        return tuple(e for e in self.recent_errors if not e.fatal and e is not cause)
+
+    def activity(self) -> ActivitySummary | None:
+        """What the server's processes did since the last progress (at least the last two samples):
+        the activity a verdict is reached on, with its shape (quiet, spinning) for the causes."""
+        quiet = [s for s in self.samples if s.t >= self.last_activity_at]
+        chosen = quiet if len(quiet) >= 2 else list(self.samples[-2:])
+        ranks = self.limits.expected_ranks or len(self._seen_ranks()) or 1
+        return summarize(chosen, ranks)
 
     def verdict(self, now: float, *, ended: bool = False) -> Verdict | None:
         """The verdict at `now`, or None while start-up is still moving within its limits.
@@ -367,272 +409,6 @@ class Tracker:
             rank=event.rank_label,
             phase_from=phase_from,
         )
-
-
-class _Reducer:
-    """A tracker opened for a batch of events: mutated in place, then frozen into a new Tracker.
-
-    Ranks touched in the batch are mutable records [rank, milestone, effective, phase,
-    phase_since, last_t, last_time, evidence]; the others keep their frozen RankState. The
-    shared logs (closed spans, marks) are appended to; everything else is a private copy.
-    """
-
-    __slots__ = (
-        "all_print",
-        "base",
-        "closed",
-        "closed_n",
-        "count",
-        "fields",
-        "http",
-        "keep",
-        "last",
-        "marks",
-        "marks_n",
-        "moved",
-        "open",
-        "opened",
-        "phase",
-        "progress",
-        "ranks",
-        "ready",
-        "recent",
-        "records",
-        "seq",
-        "served",
-    )  # fmt: skip
-
-    def __init__(self, tracker: Tracker):
-        self.base = tracker
-        self.fields: dict[str, Any] = {}
-        self.seq = tracker.seq
-        self.last = tracker.last_activity_at
-        self.moved = False  # a rank's phase changed since the overall phase was last computed
-        self.ranks: dict[str | None, RankState] = dict(tracker.ranks)
-        self.records: dict[str | None, list[Any]] = {}
-        self.open: Mapping[str, tuple[int, PhaseSpan]] = tracker.open_spans
-        self.opened = False
-        self.closed, self.closed_n = tracker._closed, tracker._closed_n
-        self.marks, self.marks_n = tracker._marks, tracker._marks_n
-        self.count = tracker.span_count
-        self.recent: deque[Event] | None = None
-        self.keep = tracker.limits.evidence_lines
-        # Read on every milestone: kept as attributes, written back by freeze().
-        self.phase = tracker.phase
-        self.progress = tracker.progress_seq
-        self.ready = tracker.ready_seq
-        self.http = tracker.http_up
-        self.all_print = tracker.all_ranks_print
-        self.served = False  # ready_seq/ready_at/http_up changed in this batch
-
-    def get(self, name: str) -> Any:
-        fields = self.fields
-        return fields[name] if name in fields else getattr(self.base, name)
-
-    def record(self, key: str | None, rank: Rank | None, t: float) -> list[Any]:
-        record = self.records.get(key)
-        if record is None:
-            state = self.ranks.get(key)
-            if state is None:
-                record = [rank, None, None, None, t, 0.0, None, deque(maxlen=self.keep)]
-            else:
-                record = [
-                    state.rank, state.milestone, state.effective, state.phase, state.phase_since,
-                    state.last_t, state.last_time, deque(state.evidence, self.keep),
-                ]  # fmt: skip
-            self.records[key] = record
-            if key not in self.ranks:
-                self.ranks[key] = None  # type: ignore[assignment]  # keeps first-seen order
-        return record
-
-    def touch(self, event: Event, t: float) -> list[Any]:
-        record = self.record(event.rank_key, event.rank, t)
-        record[5] = t
-        if event.time is not None:
-            record[6] = event.time
-        record[7].append(event.text)
-        return record
-
-    # -- one event -----------------------------------------------------------------------
-
-    def apply(self, event: Event, t: float) -> None:
-        fields = self.fields
-        self.seq = seq = self.seq + 1
-        if t > self.last:
-            self.last = t
-        note = event.note
-        if note is not None:
-            if note is Note.SHUTDOWN:
-                fields["shut_down"] = True
-            elif note is Note.LAUNCH and self.get("launch") is None:
-                fields["launch"] = LaunchArgs.from_fields(event.fields)
-            else:
-                self.note(event, note)
-            if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only
-                self.touch(event, t)
-            return
-        milestone = event.milestone
-        if milestone is Milestone.ERROR:
-            self.touch(event, t)
-            # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
-            if not self.get("shut_down") and (self.ready is None or event.fatal):
-                fields["last_error"] = (seq, t, event)
-                if self.recent is None:
-                    self.recent = deque(self.base.recent_errors, _RECENT_ERRORS)
-                self.recent.append(event)
-                if event.fatal:
-                    fields["last_fatal_seq"] = seq
-                    if self.get("first_fatal") is None:
-                        fields["first_fatal"] = (seq, event)
-            return
-        if milestone is not None:
-            self.milestone(event, milestone, t, seq)
-
-    def note(self, event: Event, note: Note) -> None:
-        """Keep the first line of each note kind (per transport: P2P and SHM both matter)."""
-        kind = str(note)
-        transport = event.fields.get("transport") or event.fields.get("net")
-        if transport:
-            kind = f"{kind}.{transport}"
-        notes = self.get("notes")
-        if kind not in notes and len(notes) < _NOTE_KINDS:
-            fields = self.fields
-            fields["notes"] = MappingProxyType({**notes, kind: event.text})
-
-    def milestone(self, event: Event, milestone: Milestone, t: float, seq: int) -> None:
-        fields = self.fields
-        key = event.rank_key
-        self.advance(self.touch(event, t), milestone, milestone, t)
-        if event.rank0_only and event.rank is not None and event.rank.is_rank0:
-            self.carry_to_peers(event.rank, key, milestone, t)
-        http_up = milestone is Milestone.HTTP_UP
-        ready = milestone is Milestone.READY
-        if http_up or ready:
-            # The front end only comes up once every scheduler finished its start-up.
-            order = MILESTONE_ORDER[milestone]
-            for other in list(self.ranks):
-                if other == key:
-                    continue
-                effective = self.effective(other)
-                if effective is not None and MILESTONE_ORDER[effective] < order:
-                    self.advance(self.record(other, None, t), None, milestone, t)
-        self.progress = seq
-        if not event.rank0_only and milestone not in self.all_print:
-            self.all_print = self.all_print | {milestone}
-        self.marks = _append(self.marks, self.marks_n, (milestone, key))
-        self.marks_n += 1
-        if ready:
-            self.ready = seq
-            fields["ready_at"] = t
-        if http_up:
-            self.http = True
-        if self.moved or ready or http_up:  # otherwise no rank changed phase: neither did the server
-            self.moved = False
-            phase = self.overall_phase()
-            if phase != self.phase:
-                self.phase = phase
-                fields["phase_since"] = t
-
-    def effective(self, key: str | None) -> Milestone | None:
-        record = self.records.get(key)
-        return record[2] if record is not None else self.ranks[key].effective
-
-    def advance(self, record: list[Any], own: Milestone | None, effective: Milestone, t: float) -> None:
-        """The rank after printing `effective` (itself, or via its rank 0); records phase spans."""
-        phase = phase_after(effective)
-        if own is not None:
-            record[1] = own
-        record[2] = effective
-        if phase is record[3]:
-            return
-        if not self.opened:
-            self.open = dict(self.open)
-            self.opened = True
-        rank = record[0]
-        label = "main" if rank is None else rank.label
-        current = self.open.pop(label, None)  # type: ignore[attr-defined]
-        if current is not None:
-            order, span = current
-            closed = (order, PhaseSpan(span.rank, span.phase, span.start, t))
-            self.closed = _append(self.closed, self.closed_n, closed)
-            self.closed_n += 1
-        if phase is not None:
-            self.open[label] = (self.count, PhaseSpan(label, phase, t))  # type: ignore[index]
-            self.count += 1
-        record[3] = phase
-        record[4] = t
-        self.moved = True
-
-    def carry_to_peers(self, rank0: Rank, rank0_key: str | None, milestone: Milestone, t: float) -> None:
-        """A rank-0-only milestone also moves the rank's TP peers that reached the step before it.
-
-        Those peers do the same work (e.g. draft CUDA graph capture) without logging it.
-        """
-        floor = MILESTONE_ORDER[milestone] - 1
-        group = rank0.group
-        for key in list(self.ranks):
-            if key == rank0_key:
-                continue
-            record = self.records.get(key)
-            peer = record[0] if record is not None else self.ranks[key].rank
-            if peer is None or peer.group != group:
-                continue
-            effective = self.effective(key)
-            if (
-                effective is not None
-                and effective in SCHEDULER_MILESTONES
-                and MILESTONE_ORDER[effective] >= floor
-            ):
-                self.advance(self.record(key, peer, t), None, milestone, t)
-
-    def overall_phase(self) -> Phase | None:
-        if self.ready is not None:
-            return Phase.SERVING
-        if self.http:
-            return Phase.WARMUP
-        best: Phase | None = None
-        records = self.records
-        for key, state in self.ranks.items():
-            record = records.get(key)
-            if record is not None:
-                phase, effective = record[3], record[2]
-            else:
-                phase, effective = state.phase, state.effective
-            if (
-                phase is not None
-                and effective in SCHEDULER_MILESTONES
-                and (best is None or PHASE_ORDER[phase] < PHASE_ORDER[best])
-            ):
-                best = phase
-        return best
-
-    # -- the new tracker -----------------------------------------------------------------
-
-    def freeze(self) -> Tracker:
-        fields = self.fields
-        fields["seq"] = self.seq
-        fields["last_activity_at"] = self.last
-        fields["phase"] = self.phase
-        fields["progress_seq"] = self.progress
-        fields["ready_seq"] = self.ready
-        fields["http_up"] = self.http
-        fields["all_ranks_print"] = self.all_print
-        if self.records:
-            ranks = self.ranks
-            for key, r in self.records.items():
-                ranks[key] = RankState(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(r[7]))
-            fields["ranks"] = MappingProxyType(ranks)
-        if self.recent is not None:
-            fields["recent_errors"] = tuple(self.recent)
-        if self.opened:
-            fields["open_spans"] = MappingProxyType(self.open)  # type: ignore[arg-type]
-            fields["span_count"] = self.count
-            fields["_closed"] = self.closed
-            fields["_closed_n"] = self.closed_n
-        if self.marks_n != self.base._marks_n:
-            fields["_marks"] = self.marks
-            fields["_marks_n"] = self.marks_n
-        return self.base._evolve(**fields)
 
 
 def _rank_of(key: str) -> Rank | None:

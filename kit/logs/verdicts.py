@@ -28,7 +28,8 @@ class StageSeconds:
     """One number of seconds per start-up stage.
 
     `launch` is before the first milestone (imports, argument checks); `first_token` bounds a
-    client's first token after READY; the others are the phases of the same name.
+    client's first token after READY; the others are the phases of the same name. `autotune` (the
+    FlashInfer autotune some starts run before capture) takes capture's seconds when not given.
     """
 
     launch: float
@@ -38,8 +39,11 @@ class StageSeconds:
     capture: float
     warmup: float
     first_token: float
+    autotune: float | None = None
 
     def of(self, stage: str) -> float:
+        if stage == "autotune" and self.autotune is None:
+            return float(self.capture)
         return float(getattr(self, stage))
 
 
@@ -50,7 +54,8 @@ class PhaseLimits:
     Stall windows are short in init (NCCL set-up takes seconds; a quiet minute means a peer is
     missing or a collective hangs) and long in load (a large checkpoint on slow storage).
     Log lines, disk reads, network bytes received and GPU memory growth reset the window in every
-    stage; CPU time only in `cpu_counts_in` (kit/logs/activity.py says why).
+    stage; CPU time only in `cpu_counts_in`, compile-cache writes and live compilers only in
+    `compile_counts_in` (kit/logs/activity.py says why).
     """
 
     deadline_s: StageSeconds = StageSeconds(
@@ -67,7 +72,13 @@ class PhaseLimits:
     min_net_bytes: int = 1 << 20  # per sample
     min_gpu_mem_bytes: int = 16 << 20  # per sample
     cpu_counts_in: frozenset[str] = frozenset({"launch"})
-    crash_grace_s: float = 10.0  # a non-fatal error with no progress for this long is a crash
+    # First runs JIT-compile kernels (Triton, flashinfer, inductor, deep_gemm) in the first forward
+    # passes: autotune, capture and the server's warm-up request.
+    compile_counts_in: frozenset[str] = frozenset({"autotune", "capture", "warmup"})
+    min_compile_bytes: int = 1  # per sample: any growth of the compile caches is a compile
+    # A sign of life (not progress): after a fatal line, this much CPU means the server still runs.
+    cpu_alive_cores: float = 0.05
+    crash_grace_s: float = 10.0  # a fatal line followed by no sign of life for this long is a crash
     evidence_lines: int = 6  # last lines kept per rank and overall
 
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kit.errors import EnvironmentProblem, InputError, KitError
 
@@ -109,6 +110,48 @@ def list_files(repo: str, revision: str, where: str = "revision") -> Listing:
         )
     sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     return Listing(commit=info.sha or revision, sizes=sizes)
+
+
+@dataclass(frozen=True)
+class RevisionCheck:
+    """The pinned revision held against the hub's listing of the repository."""
+
+    repo: str
+    revision: str
+    status: Literal["confirmed", "unknown", "unconfirmed"]
+    """confirmed: the hub lists that commit; unknown: the hub answered that it has no such revision;
+    unconfirmed: the hub could not be asked (offline, HF_HUB_OFFLINE, a refused token), `detail` says why."""
+    detail: str
+    main: str | None = None
+    """The commit the hub's main points at now (None when unknown)."""
+
+    @property
+    def line(self) -> str:
+        return f"revision {self.revision[:12]}: {self.detail}"
+
+
+def confirm_revision(repo: str, revision: str) -> RevisionCheck:
+    """Ask the hub whether it lists `revision` for `repo`, and where main is now. Never raises for a
+    hub that cannot be reached: that is an answer ('unconfirmed', saying so), not a pass."""
+    try:
+        pinned = list_files(repo, revision).commit
+    except InputError as exc:
+        if exc.field == "revision":
+            return RevisionCheck(repo, revision, "unknown", f"the hub has no revision {revision} of {repo}")
+        return RevisionCheck(repo, revision, "unconfirmed", f"not confirmed: {exc.one_line()}")
+    except EnvironmentProblem as exc:
+        return RevisionCheck(repo, revision, "unconfirmed", f"not confirmed: {exc.one_line()}")
+    try:
+        main: str | None = list_files(repo, "main").commit
+    except (InputError, EnvironmentProblem):
+        main = None
+    if pinned != revision:  # a branch or tag name: the catalog pins commits, so say what it is now
+        return RevisionCheck(repo, revision, "confirmed", f"the hub resolves it to {pinned[:12]}", main)
+    where = (
+        "; it is main's head" if main == revision else f"; main has moved on to {main[:12]}" if main else ""
+    )
+    detail = f"confirmed by the hub's listing of {repo}{where}"
+    return RevisionCheck(repo, revision, "confirmed", detail, main)
 
 
 def remote_file(repo: str, name: str, commit: str) -> RemoteFile:

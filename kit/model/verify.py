@@ -20,6 +20,7 @@ from pathlib import Path
 from kit.errors import CheckFailed, EnvironmentProblem, ExitCode, InputError
 from kit.model import cache, files
 from kit.model.files import FileCheck
+from kit.model.hub import RevisionCheck
 from kit.spec import LaunchSpec
 
 LISTING_SAVED = "the hub's listing saved by kit model fetch"
@@ -37,6 +38,8 @@ class VerifyReport:
     files: tuple[FileCheck, ...]
     seconds: float
     fix: str = ""
+    pin: RevisionCheck | None = None
+    """The pinned revision against the hub's listing (None: a model inside the image, or unpinned)."""
 
     @property
     def problems(self) -> tuple[FileCheck, ...]:
@@ -44,7 +47,8 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """Files complete, and the hub does not deny the pin (an unreachable hub is said, not failed)."""
+        return not self.problems and (self.pin is None or self.pin.status != "unknown")
 
     @property
     def exit_code(self) -> int:
@@ -115,6 +119,19 @@ def verify_snapshot(spec: LaunchSpec, patterns: Sequence[str], *, online: bool =
             source = LISTING_LIVE
     folder = cache.snapshot_dir(spec.hf_cache, spec.hf_repo, revision)
     rows = files.check_folder(str(folder), sizes)
+    pin = None
+    if spec.hf_revision:
+        if online:
+            from kit.model.hub import confirm_revision
+
+            pin = confirm_revision(spec.hf_repo, spec.hf_revision)
+        else:
+            pin = RevisionCheck(
+                spec.hf_repo, spec.hf_revision, "unconfirmed", "not confirmed against the hub (--offline)"
+            )
+    fix = f"kit model fetch {spec.target}"
+    if pin is not None and pin.status == "unknown":
+        fix = "pin a commit the hub lists (the catalog's model.revision), then " + fix
     return VerifyReport(
         target=spec.target,
         model=spec.hf_repo,
@@ -123,7 +140,8 @@ def verify_snapshot(spec: LaunchSpec, patterns: Sequence[str], *, online: bool =
         sizes_from=source if sizes is not None else HEADERS_ONLY,
         files=tuple(rows),
         seconds=round(time.monotonic() - started, 3),
-        fix=f"kit model fetch {spec.target}",
+        fix=fix,
+        pin=pin,
     )
 
 

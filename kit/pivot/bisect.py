@@ -2,396 +2,51 @@
 
     doctor -> preflight -> base -> target
 
-`doctor` is the host (kit/pivot/doctor.py); `preflight` the image's torch.distributed alone
+`doctor` is the host (kit/pivot/doctor.py); `preflight` the image's SGLang building its groups alone
 (kit/pivot/preflight.py); `base` the target without MTP (the profile its own profile extends, as a
 catalog target, else `--set speculative=none`); `target` the target itself. A rung identical to the
 one before is skipped. On the first rung that fails, the changes of kit/pivot/ladder.toml are tried
-one at a time, each alone, until one turns the rung green. On the target rung "MTP off" is known
-from the base rung without a run; the ladder still looks for a change that keeps MTP.
+one at a time, each alone, until one turns the rung green; a change SGLang's own code already makes
+on this launch and host (its custom all-reduce is off on more than two PCIe-only GPUs, it sets
+NCCL_CUMEM_ENABLE=0 itself) is skipped with the reason (kit/pivot/sglang_rules.py). On the target
+rung "MTP off" is known from the base rung without a run; the ladder still looks for a change that
+keeps MTP.
 
     result = run_bisect("qwen-mtp", budget_s=3600, observer=...)   # BisectResult; the CLI prints it
+    plan = plan_ladder("qwen-base")                                # what would run, skip, not apply
 
-`climb(...)` is the ladder itself, over injected runners (tested without Docker); `run_bisect` gives it
-the real ones: run_doctor, run_preflight and run_up, each under the profile's limits. A total budget
-ends the run in progress like Ctrl-C does: its container is removed and the report says so.
+The ladder itself is kit/pivot/ladder.py (`climb`, over injected runners, tested without Docker);
+`run_bisect` gives it the real ones: run_doctor, run_preflight and run_up, each under the profile's
+limits. A total budget ends the run in progress like Ctrl-C does: its container is removed and the
+report says so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import re
-import signal
-import threading
 import time
-import tomllib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from functools import cache
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from kit.catalog._load import read_toml
 from kit.errors import ExitCode, InputError
-from kit.launch import Resolved, resolve_full
-
-RUNGS = ("doctor", "preflight", "base", "target")
-LADDER_FILE = Path(__file__).resolve().parent / "ladder.toml"
-GREEN = {"pass", "ok", "ready"}
-
-
-# -- the data ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    id: str
-    title: str
-    kind: str
-    rungs: tuple[str, ...]
-    why: str
-    set: tuple[str, ...] = ()
-    arg: str | None = None
-    needs: str | None = None
-    backends: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-@cache
-def load_changes() -> tuple[Change, ...]:
-    data = tomllib.loads(LADDER_FILE.read_text(encoding="utf-8"))
-    return tuple(
-        Change(
-            id=c["id"],
-            title=c["title"],
-            kind=c["kind"],
-            rungs=tuple(c["rungs"]),
-            why=c.get("why", ""),
-            set=tuple(c.get("set", ())),
-            arg=c.get("arg"),
-            needs=c.get("needs"),
-            backends={k: tuple(v) for k, v in (c.get("backends") or {}).items()},
-        )
-        for c in data["change"]
-    )
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung as launched: which catalog target, with which overrides and image."""
-
-    name: str
-    target: str
-    image: str
-    overrides: tuple[str, ...] = ()
-    about: str = ""
-    same_as: str | None = None
-    """The rung before it launches exactly this: skipped."""
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A rung with one change applied (or none): what a runner needs."""
-
-    rung: Rung
-    change: Change | None
-    target: str
-    image: str
-    overrides: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        return self.change.title if self.change else "as configured"
-
-
-@dataclass(frozen=True)
-class Trial:
-    """A row of the report."""
-
-    rung: str
-    change: str
-    """'as configured', or the change's title."""
-    verdict: str
-    """Green: pass, ok, ready, known (green without a run). Red: fail, failed, crashed, hung, deadline.
-    Else: n/a, skipped, interrupted, budget."""
-    phase: str | None = None
-    """Where it ended: doctor's failing checks, preflight's step, the server's start-up phase."""
-    seconds: float = 0.0
-    exit_code: int = 0
-    detail: str = ""
-    diagnostics: str | None = None
-    overrides: tuple[str, ...] = ()
-    image: str | None = None
-
-    @property
-    def green(self) -> bool:
-        return self.verdict in GREEN or self.verdict == "known"
-
-    @property
-    def ran(self) -> bool:
-        return self.verdict not in ("n/a", "skipped", "known")
-
-
-@dataclass(frozen=True)
-class BisectResult:
-    target: str
-    image: str
-    verdict: str
-    """green (every rung passed) | fixed (a change turned the failing rung green) | not fixed |
-    interrupted | budget (the budget ran out first)"""
-    exit_code: int
-    trials: tuple[Trial, ...]
-    failing_rung: str | None = None
-    failing_verdict: str | None = None
-    failing_phase: str | None = None
-    fix: str | None = None
-    """The first change that turned the failing rung green in a run."""
-    fix_command: str | None = None
-    """The launch that went green, as a command."""
-    next_command: str | None = None
-    """The ladder again with the fix on every rung (does the target climb with it?)."""
-    also_green: tuple[str, ...] = ()
-    """Changes known to turn it green without a run of their own (MTP off, from the base rung)."""
-    bundle: str | None = None
-    """The failing rung's diagnostics (log, stacks, result)."""
-    seconds: float = 0.0
-    budget_s: float | None = None
-    notes: tuple[str, ...] = ()
-
-
-# -- rungs and changes --------------------------------------------------------------------------------
-
-
-def base_of(r: Resolved) -> tuple[str, tuple[str, ...], str]:
-    """(catalog target, extra overrides, what it is) for the base rung of resolved target R."""
-    raw = read_toml(r.model.path).get("profiles", {}).get(r.target_def.profile, {})
-    parent = raw.get("extends") if isinstance(raw, dict) else None
-    if parent:
-        for name, target in sorted(r.model.targets.items()):
-            if target.profile == parent:
-                return name, (), f"{name} (profile {parent}, which {r.target_def.profile} extends)"
-    if r.profile.speculative is not None:
-        return r.target, ("speculative=none",), f"{r.target} with MTP off"
-    return r.target, (), f"{r.target} (its profile has no MTP)"
-
-
-def plan_rungs(target: str, image: str | None, overrides: tuple[str, ...]) -> tuple[Rung, ...]:
-    r = resolve_full(target, image=image, overrides=overrides)
-    image_name = r.spec.image
-    base_target, base_extra, base_about = base_of(r)
-    base = resolve_full(base_target, image=image_name, overrides=(*overrides, *base_extra)).spec
-    same = base.argv == r.spec.argv and base.env == r.spec.env and base.image_ref == r.spec.image_ref
-    return (
-        Rung("doctor", target, image_name, overrides, "host checks for the target"),
-        Rung("preflight", target, image_name, overrides, "the image's torch.distributed alone"),
-        Rung("base", base_target, image_name, (*overrides, *base_extra), base_about),
-        Rung("target", target, image_name, overrides, f"{target} itself", same_as="base" if same else None),
-    )
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", version))
-
-
-def previous_image(image: str) -> str | None:
-    """The image of the same flavour with the newest SGLang older than IMAGE's (by manifest pins)."""
-    from kit import paths
-    from kit.images.manifest import load_manifest
-
-    current = load_manifest(image)
-    older = []
-    for path in sorted(paths.images_dir().glob("*.toml")):
-        try:
-            other = load_manifest(path.stem)
-        except InputError:
-            continue
-        if other.flavor == current.flavor and _version_key(other.pins.sglang) < _version_key(
-            current.pins.sglang
-        ):
-            older.append((_version_key(other.pins.sglang), other.name))
-    return max(older)[1] if older else None
-
-
-def apply_change(rung: Rung, change: Change | None, *, image_built: Callable[[str], bool]) -> Variant | str:
-    """The rung with CHANGE applied, or why the change does not apply there (a string)."""
-    if change is None:
-        return Variant(rung, None, rung.target, rung.image, rung.overrides)
-    if rung.name not in change.rungs:
-        return "applies to " + ", ".join(change.rungs)
-    r = resolve_full(rung.target, image=rung.image, overrides=rung.overrides)
-    profile, spec = r.profile, r.spec
-    overrides = rung.overrides
-    image = rung.image
-    if change.needs == "speculative" and profile.speculative is None:
-        return "the profile has no MTP"
-    if change.needs == "cuda_graph" and not profile.cuda_graph:
-        return "CUDA graphs are already off"
-    if change.kind == "set":
-        for item in change.set:
-            key, _, value = item.partition("=")
-            if key.startswith("env.") and spec.env.get(key[4:]) == value:
-                return f"{key[4:]}={value} is already set"
-        overrides = (*overrides, *change.set)
-    elif change.kind == "extra_arg":
-        if change.arg in profile.extra_args or change.arg in spec.argv:
-            return f"{change.arg} is already set"
-        overrides = (*overrides, f"extra_args={json.dumps([*profile.extra_args, change.arg])}")
-    elif change.kind == "attention":
-        choices = [b for b in change.backends.get(spec.device, ()) if b != profile.attention_backend]
-        if not choices:
-            return f"no other attention backend listed for {spec.device}"
-        overrides = (*overrides, f"attention_backend={choices[0]}")
-    elif change.kind == "image":
-        previous = previous_image(rung.image)
-        if previous is None:
-            return f"no older {r.manifest.flavor} image than {rung.image}"
-        from kit.images.manifest import load_manifest
-
-        if not image_built(load_manifest(previous).tag):
-            return f"{previous} is not built (kit image build {previous})"
-        image = previous
-    else:
-        return f"unknown kind {change.kind}"
-    return Variant(rung, change, rung.target, image, overrides)
-
-
-# -- the ladder -------------------------------------------------------------------------------------
-
-
-class Budget:
-    """The total time for the whole ladder; `spent` once it ran out."""
-
-    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
-        self.seconds = seconds
-        self.clock = clock
-        self.started = clock()
-        self.spent = False
-
-    def left(self) -> float | None:
-        return None if self.seconds is None else self.seconds - (self.clock() - self.started)
-
-    def check(self) -> bool:
-        left = self.left()
-        if left is not None and left <= 0:
-            self.spent = True
-        return self.spent
-
-
-class BudgetSpent(KeyboardInterrupt):
-    """Raised in the main thread when the budget runs out: runs stop as on Ctrl-C, cleaning up."""
-
-
-@contextlib.contextmanager
-def budget_alarm(budget: Budget) -> Iterator[None]:
-    """Interrupt the run in progress when the budget runs out (main thread only; else between runs)."""
-    left = budget.left()
-    if left is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def ring(signum, frame):
-        budget.spent = True
-        raise BudgetSpent
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, max(0.01, left))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-Runner = Callable[[Variant], Trial]
-
-
-def climb(
-    rungs: tuple[Rung, ...],
-    changes: tuple[Change, ...],
-    run: Runner,
-    *,
-    budget: Budget,
-    start_at: str = "doctor",
-    apply: Callable[[Rung, Change | None], Variant | str],
-    on_trial: Callable[[Trial], None] = lambda trial: None,
-    trials: list[Trial] | None = None,
-    found: dict[str, Any] | None = None,
-) -> tuple[list[Trial], dict[str, Any]]:
-    """Run the ladder; returns the trials and what it found (failing rung, fix, how it ended).
-
-    TRIALS and FOUND, when given, are filled in place, so a caller interrupted mid-way keeps them.
-    """
-    trials = [] if trials is None else trials
-    found = {} if found is None else found
-    found["ended"] = "green"
-
-    def record(trial: Trial) -> Trial:
-        trials.append(trial)
-        on_trial(trial)
-        return trial
-
-    def attempt(variant: Variant) -> Trial | None:
-        """Run one variant; None when the ladder must stop (interrupted, budget)."""
-        if budget.check():
-            found["ended"] = "budget"
-            return None
-        try:
-            trial = run(variant)
-        except KeyboardInterrupt:
-            trial = Trial(
-                variant.rung.name, variant.label, "interrupted", exit_code=int(ExitCode.INTERRUPTED)
-            )
-        if trial.verdict == "interrupted" or budget.spent:
-            found["ended"] = "budget" if budget.spent else "interrupted"
-            record(replace(trial, verdict="budget" if budget.spent else "interrupted"))
-            return None
-        return record(trial)
-
-    base_green = False
-    for rung in rungs[RUNGS.index(start_at) :]:
-        if rung.same_as:
-            record(
-                Trial(
-                    rung.name, "as configured", "skipped", detail=f"launches exactly what {rung.same_as} did"
-                )
-            )
-            continue
-        variant = apply(rung, None)
-        assert isinstance(variant, Variant)
-        first = attempt(variant)
-        if first is None:
-            return trials, found
-        if first.green:
-            base_green = base_green or rung.name == "base"
-            continue
-        found.update(ended="not fixed", rung=rung.name, trial=first)
-        if rung.name == "doctor":
-            record(
-                Trial("doctor", "-", "n/a", detail="no launch change fixes the host: see the checks' fixes")
-            )
-            return trials, found
-        for change in changes:
-            if rung.name not in change.rungs:
-                continue  # not a change of this rung's kind (MTP on preflight): no row
-            applied = apply(rung, change)
-            if change.id == "mtp-off" and base_green and isinstance(applied, Variant):
-                # The base rung is this launch without MTP, and it passed: no run needed.
-                record(Trial(rung.name, change.title, "known", detail="the base rung (no MTP) passed"))
-                found.setdefault("also_green", []).append(change.title)
-                continue
-            if isinstance(applied, str):
-                record(Trial(rung.name, change.title, "n/a", detail=applied))
-                continue
-            trial = attempt(applied)
-            if trial is None:
-                return trials, found
-            if trial.green:
-                found.update(ended="fixed", fix=change, fix_variant=applied)
-                return trials, found
-        if found.get("also_green"):
-            found["ended"] = "fixed"
-        return trials, found
-    return trials, found
-
+from kit.launch import resolve_full
+from kit.pivot.ladder import (
+    GREEN,
+    RUNGS,
+    BisectResult,
+    Budget,
+    BudgetSpent,
+    Change,
+    Rung,
+    Trial,
+    Variant,
+    budget_alarm,
+    climb,
+    load_changes,
+)
+from kit.pivot.rungs import apply_change, base_of, plan_rungs, previous_image
+from kit.pivot.sglang_rules import Skip, gpu_nvlink
 
 # -- the real runners ---------------------------------------------------------------------------------
 
@@ -580,9 +235,10 @@ def run_bisect(
     runners = _Runners(fault, observer or QuietObserver())
     budget = Budget(budget_s)
     began = time.monotonic()
+    nvlink = host_nvlink(target, image, overrides)
 
-    def apply(rung: Rung, change: Change | None) -> Variant | str:
-        return apply_change(rung, change, image_built=image_exists)
+    def apply(rung: Rung, change: Change | None) -> Variant | Skip | str:
+        return apply_change(rung, change, image_built=image_exists, nvlink=nvlink)
 
     trials: list[Trial] = []
     found: dict[str, Any] = {}
@@ -655,3 +311,76 @@ def summarise(
         budget_s=budget_s,
         notes=tuple(notes),
     )
+
+
+def host_nvlink(target: str, image: str | None, overrides: tuple[str, ...]) -> bool | None:
+    """The fact SGLang's custom all-reduce rule needs: are the target's GPUs NVLink-joined (NVML)."""
+    spec = resolve_full(target, image=image, overrides=overrides).spec
+    return gpu_nvlink(spec.ranks) if spec.device == "cuda" else None
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    rung: str
+    change: str
+    action: str
+    """run | skipped (SGLang already does it here) | n/a (does not apply) | known (from the base rung)"""
+    detail: str = ""
+
+
+def plan_ladder(
+    target: str, *, image: str | None = None, overrides: tuple[str, ...] = (), nvlink: bool | None = None
+) -> tuple[tuple[Rung, ...], tuple[PlannedChange, ...], bool | None]:
+    """What a bisect of TARGET would do on each rung if that rung failed, without running anything:
+    (rungs, every change per rung, the NVLink fact used). NVLINK None: read from this host's NVML."""
+    from kit.runtime.engine import image_exists
+
+    rungs = plan_rungs(target, image, overrides)
+    if nvlink is None:
+        nvlink = host_nvlink(target, image, overrides)
+    rows = []
+    for rung in rungs:
+        if rung.name == "doctor" or rung.same_as:
+            continue
+        for change in load_changes():
+            if rung.name not in change.rungs:
+                continue
+            applied = apply_change(rung, change, image_built=image_exists, nvlink=nvlink)
+            if isinstance(applied, Skip):
+                rows.append(PlannedChange(rung.name, change.title, "skipped", applied.detail))
+            elif isinstance(applied, str):
+                rows.append(PlannedChange(rung.name, change.title, "n/a", applied))
+            elif change.id == "mtp-off":
+                rows.append(
+                    PlannedChange(rung.name, change.title, "known", "from the base rung, when it passed")
+                )
+            else:
+                added = applied.overrides[len(rung.overrides) :]
+                how = " ".join(f"--set {item}" for item in added) or f"--image {applied.image}"
+                rows.append(PlannedChange(rung.name, change.title, "run", how))
+    return rungs, tuple(rows), nvlink
+
+
+__all__ = [
+    "GREEN",
+    "RUNGS",
+    "BisectResult",
+    "Budget",
+    "BudgetSpent",
+    "Change",
+    "PlannedChange",
+    "Rung",
+    "Trial",
+    "Variant",
+    "apply_change",
+    "base_of",
+    "budget_alarm",
+    "climb",
+    "fix_commands",
+    "load_changes",
+    "plan_ladder",
+    "plan_rungs",
+    "previous_image",
+    "run_bisect",
+    "summarise",
+]

@@ -1,11 +1,16 @@
-"""`kit preflight`: the image's own torch.distributed, alone, in seconds, before a model is loaded.
+"""`kit preflight`: the image's SGLang builds its TP group alone, in seconds, before a model is loaded.
 
 One container from the target's image and container settings (GPUs, IPC, /dev/shm, ulimits) runs
-kit/pivot/inimage/ranks.py, copied in at run time: N ranks go through init, a checked all_reduce, a
-write into every other rank's memory (CUDA IPC on GPUs) and an all_reduce sweep. The kit reads
-their events from the container's output and keeps each step's deadline (kit/pivot/preflight.toml).
-On a hang it reads every rank's stack (py-spy), then runs the same step again with
-NCCL_P2P_DISABLE=1: if that passes, the hang is NCCL's peer-to-peer path ("P2P"), else not.
+kit/pivot/inimage/ranks.py, copied in at run time with kit/images/inimage/sglang_groups.py: the
+launcher does what SGLang's launcher does before it spawns its schedulers (its argument parser over
+the target's launch, its ServerArgs resolution and `_set_envs_and_config`: NCCL_CUMEM_ENABLE=0,
+NCCL_NVLS_ENABLE=0, ...), then N ranks build SGLang's own groups (its warm-up all_reduce included),
+and run the kit's checked all_reduce on SGLang's TP group, a write into every other rank's memory
+(CUDA IPC on GPUs) and an all_reduce sweep. NCCL_DEBUG=INFO whatever the profile says, so NCCL
+names its transports. The kit reads the events from the container's output and keeps each step's
+deadline (kit/pivot/preflight.toml). On a hang it reads every rank's stack (py-spy), then runs the
+same step again with NCCL_P2P_DISABLE=1: if that passes, the hang is NCCL's peer-to-peer path
+("P2P"), else not.
 
     spec = preflight_spec("qwen-base")                 # or image="sglang-0.5.23-cpu"
     result = run_preflight(spec, ranks=4)              # PreflightResult; printing is the CLI's job
@@ -16,26 +21,22 @@ The container is removed on every path (verdict, error, Ctrl-C).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import queue
-import tarfile
-import threading
 import time
+import tomllib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import requests
-from docker.errors import DockerException
-
 from kit import paths
-from kit.diagnose.stacks import RankStack, classify_stack, explain_hang
 from kit.errors import EnvironmentProblem, ExitCode, InputError
 from kit.launch import resolve_full
+from kit.logs.stacks import RankStack, explain_hang
 from kit.output import jsonable
+from kit.pivot.preflight_container import IN_CONTAINER, RANKS_SCRIPT, PreflightContainer
 from kit.pivot.steps import (
+    LIMITS_FILE,
     STEPS,
     DevicePlan,
     PairRow,
@@ -45,29 +46,21 @@ from kit.pivot.steps import (
     device_plan,
     nccl_version,
     pair_rows,
+    plan_steps,
     step_rows,
     transports,
 )
 from kit.render.docker import host_settings
 from kit.runtime import server as runtime
-from kit.runtime.engine import (
-    LABEL_IMAGE,
-    LABEL_MANAGED,
-    LABEL_SESSION,
-    LABEL_TARGET,
-    client,
-    image_exists,
-    translated,
-)
-from kit.runtime.source import LineSplitter
+from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, LABEL_SESSION, LABEL_TARGET, image_exists
+from kit.runtime.server import run_labels
 from kit.spec import LaunchSpec
 from kit.startup.result import StackRow
 
-RANKS_SCRIPT = Path(__file__).resolve().parent / "inimage" / "ranks.py"
-IN_CONTAINER = "/kit-preflight"
 MANAGED = "preflight"
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
-_ERRORS = (DockerException, requests.RequestException, OSError)
+KIT_ENV = {"NCCL_DEBUG": "INFO", "PYTHONUNBUFFERED": "1"}
+"""The kit's own settings: NCCL names its transports whatever the profile's NCCL_DEBUG says."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +118,18 @@ class PreflightResult:
     retry: Attempt | None = None
     env: dict[str, str] = field(default_factory=dict)
     """What the kit set for this run besides the profile's env (the fault switch, NCCL_DEBUG)."""
+    sglang: str | None = None
+    """The image's SGLang release whose set-up the ranks ran (None: it could not be used; see notes)."""
+    groups: str | None = None
+    """Who built the groups: 'sglang' (the release's own init, `recipe`) or 'torch.distributed'."""
+    recipe: str | None = None
+    """'bootstrap' (init_parallel_runtime, 0.5.23) or 'model-runner' (0.5.10.post1's calls)."""
+    server_args: dict = field(default_factory=dict)
+    """The launch's distributed flags as SGLang's own parser read them (kit/pivot/preflight.toml)."""
+    settings: dict = field(default_factory=dict)
+    """{variable: {value, source: sglang | profile | kit, by?, replaced?}}: the ranks' environment."""
+    tp_group: dict = field(default_factory=dict)
+    """What SGLang built on its TP group (rank 0): backend, PyNccl, custom all-reduce."""
     diagnostics: str | None = None
     containers_removed: bool = True
     notes: tuple[str, ...] = ()
@@ -154,7 +159,7 @@ def default_target(device: str) -> str:
     from kit.catalog import load_catalog
 
     for name, (_, target) in sorted(load_catalog().targets.items()):
-        if (target.gpus > 0) == (device == "cuda"):
+        if bool(target.gpus) == (device == "cuda"):
             return name
     raise InputError("TARGET", f"no catalog target runs on {device}", "name a target")
 
@@ -178,7 +183,31 @@ def preflight_spec(
     return resolve_full(target, image=image, overrides=overrides).spec
 
 
-def rank_request(spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | None) -> dict:
+def sglang_fields() -> list[str]:
+    """The launch flags SGLang's distributed set-up reads (preflight.toml's [sglang] server_args)."""
+    return list(tomllib.loads(LIMITS_FILE.read_text(encoding="utf-8"))["sglang"]["server_args"])
+
+
+def launch_flags(spec: LaunchSpec) -> list[str]:
+    """The launch's flags: the server's argv after `python -m sglang.launch_server`."""
+    argv = list(spec.argv)
+    if "-m" in argv:
+        return argv[argv.index("-m") + 2 :]
+    return argv[1:]
+
+
+def env_sources(spec: LaunchSpec, environment: dict[str, str]) -> dict[str, str]:
+    """For each variable the container gets: 'profile' (the target's env, as given) or 'kit'."""
+    return {
+        key: "profile" if spec.env.get(key) == value else "kit"
+        for key, value in environment.items()
+        if key != "PYTHONUNBUFFERED"
+    }
+
+
+def rank_request(
+    spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | None, environment: dict[str, str]
+) -> dict:
     limits = plan.limits
     total = sum(limit.deadline_s for limit in limits.values())
     return {
@@ -187,6 +216,9 @@ def rank_request(spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | No
         "backend": "nccl" if spec.device == "cuda" else "gloo",
         "steps": list(STEPS),
         "until": until,
+        "launch_argv": launch_flags(spec),
+        "server_args": sglang_fields(),
+        "env_sources": env_sources(spec, environment),
         "sweep": plan.sweep,
         "p2p_bytes": plan.p2p_bytes,
         # torch's own timeouts stay out of the way: the kit's step deadlines decide.
@@ -198,13 +230,16 @@ def rank_request(spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | No
 def container_kwargs(
     spec: LaunchSpec, ranks: int, *, name: str, session: str, environment: dict[str, str]
 ) -> dict:
-    """The preflight container: the server's settings (GPUs, IPC, shm, ulimits), the ranks' command."""
+    """The preflight container: the server's settings (GPUs, IPC, shm, ulimits, the compile cache),
+    the ranks' command."""
+    settings = host_settings(spec, ranks if spec.device == "cuda" else 0)
     kwargs: dict = {
         "image": spec.image_ref,
         "command": ["python", "-u", f"{IN_CONTAINER}/ranks.py", f"{IN_CONTAINER}/request.json"],
         "name": name,
-        "environment": environment,
+        "environment": {**settings.pop("environment", {}), **environment},
         "labels": {
+            **run_labels(),  # KIT_RUN_LABELS: a caller's own mark (CI jobs, tests on a shared engine)
             LABEL_MANAGED: MANAGED,
             LABEL_SESSION: session,
             LABEL_TARGET: spec.target,
@@ -212,98 +247,20 @@ def container_kwargs(
         },
         # py-spy reads the ranks' stacks on a hang.
         "cap_add": sorted({*spec.cap_add, "SYS_PTRACE"}),
-        **host_settings(spec, ranks if spec.device == "cuda" else 0),
+        **settings,
     }
     return kwargs
 
 
 def run_environment(spec: LaunchSpec, fault: str | None, extra: dict[str, str]) -> tuple[dict, dict]:
-    """(the container's environment, what the kit added to the profile's): NCCL's transport lines on."""
-    added = {"NCCL_DEBUG": spec.env.get("NCCL_DEBUG", "INFO"), "PYTHONUNBUFFERED": "1", **extra}
+    """(the container's environment, what the kit added to or changed in the profile's): NCCL's
+    transport lines on, whatever the profile's NCCL_DEBUG."""
+    added = {**KIT_ENV, **extra}
     if fault:
         if spec.device != "cpu":
             raise InputError("--fault", "faults exist only in the CPU rehearsal image", "use a CPU image")
         added["KIT_FAULT"] = fault
     return {**spec.env, **added}, added
-
-
-def _archive(request: dict) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in (
-            ("ranks.py", RANKS_SCRIPT.read_bytes()),
-            ("request.json", json.dumps(request).encode()),
-        ):
-            info = tarfile.TarInfo(f"{IN_CONTAINER.strip('/')}/{name}")
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-# -- one container --------------------------------------------------------------------------------
-
-
-class _Container:
-    """The preflight container and a thread that reads its output; removed by `remove()`."""
-
-    def __init__(self, kwargs: dict, request: dict):
-        self.name = kwargs["name"]
-        self.lines: queue.Queue[tuple[float, str | None]] = queue.Queue()
-        with translated(f"creating {self.name}"):
-            self.container = client().containers.create(**kwargs)
-        try:
-            with translated(f"copying the preflight script into {self.name}"):
-                self.container.put_archive("/", _archive(request))
-        except BaseException:
-            self.remove()
-            raise
-
-    def start(self) -> float:
-        with translated(f"starting {self.name}"):
-            self.container.start()
-        started = time.monotonic()
-        threading.Thread(target=self._read, name="kit-preflight-output", daemon=True).start()
-        return started
-
-    def _read(self) -> None:
-        splitter = LineSplitter()
-        try:
-            for chunk in self.container.logs(stdout=True, stderr=True, stream=True, follow=True):
-                now = time.monotonic()
-                for line in splitter.feed(chunk):
-                    self.lines.put((now, line))
-        except _ERRORS:
-            pass
-        finally:
-            for line in splitter.flush():
-                self.lines.put((time.monotonic(), line))
-            self.lines.put((time.monotonic(), None))
-
-    def exit_code(self) -> int | None:
-        try:
-            return int(self.container.wait(timeout=5).get("StatusCode", -1))
-        except _ERRORS:
-            return None
-
-    def stacks(self, pids: dict[int, int]) -> dict[str, RankStack]:
-        def dump(item: tuple[int, int]) -> tuple[str, RankStack]:
-            rank, pid = item
-            label = f"rank{rank}"
-            return label, classify_stack(label, runtime.dump_stack(self.container, pid), pid)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
-            return dict(pool.map(dump, sorted(pids.items())))
-
-    def log_text(self) -> str:
-        return runtime.logs_text(self.container)
-
-    def remove(self) -> bool:
-        try:
-            return runtime.remove(self.container)
-        except Exception:
-            return False
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -320,7 +277,7 @@ class _Outcome:
 
 
 def _watch(
-    box: _Container,
+    box: PreflightContainer,
     run: PreflightRun,
     started: float,
     label: str,
@@ -340,10 +297,12 @@ def _watch(
                 stream_open = False
                 break
             event = run.feed_line(line, at)
-            if event and event.get("ev") == "end":
+            if event and event.get("ev") == "end" and event.get("rank") != -1:
                 ended.append((str(event.get("step")), int(event.get("rank", -1))))
-            elif event and event.get("ev") == "start":
-                ended.append(("launch", int(event.get("rank", -1))))
+            elif event and event.get("ev") == "launcher":
+                ended += [("launch", rank) for rank in range(run.world)]
+            elif event and event.get("ev") == "end" and event.get("rank") == -1:
+                ended += [(str(event.get("step")), rank) for rank in range(run.world)]
             elif event and event.get("ev") == "progress":
                 sweep.append(run.sweep[-1])
         now = time.monotonic()
@@ -379,11 +338,9 @@ def _attempt(
     on_start: Callable[[str], None] | None,
     want_stacks: bool = True,
 ) -> _Outcome:
-    request = rank_request(spec, ranks, plan, until)
-    from kit.pivot.inimage.ranks import plan_steps
-
+    request = rank_request(spec, ranks, plan, until, environment)
     name = f"kit-preflight-{session}" + ("-retry" if label != "run" else "")
-    box = _Container(
+    box = PreflightContainer(
         container_kwargs(spec, ranks, name=name, session=session, environment=environment), request
     )
     removed = False
@@ -415,6 +372,31 @@ def _write_diagnostics(session: str, outcome: _Outcome, result: PreflightResult)
         (folder / "stacks" / f"{rank}.txt").write_text(stack.text, encoding="utf-8")
     (folder / "result.json").write_text(json.dumps(jsonable(result), indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def setup_fields(run: PreflightRun, spec: LaunchSpec, environment: dict[str, str], notes: list[str]) -> dict:
+    """What the launcher's setup and the ranks' init said: SGLang's release, its settings and groups."""
+    setup = run.setup
+    init = run.state["init"].details.get(0, {}) if "init" in run.state else {}
+    settings = setup.get("settings") or {
+        key: {"value": environment[key], "source": source}
+        for key, source in sorted(env_sources(spec, environment).items())
+    }
+    if setup.get("error"):
+        notes.append(f"{setup['error']}: the groups were plain torch.distributed, not what the server builds")
+    if spec.env.get("NCCL_DEBUG", "INFO") != "INFO":
+        notes.append(
+            f"NCCL_DEBUG=INFO for preflight (the profile's {spec.env['NCCL_DEBUG']} stays the server's), "
+            "so NCCL names its transports"
+        )
+    return {
+        "sglang": setup.get("sglang") if not setup.get("error") else None,
+        "groups": init.get("groups"),
+        "recipe": init.get("recipe"),
+        "server_args": setup.get("server_args") or {},
+        "settings": settings,
+        "tp_group": {k: init[k] for k in ("backend", "tp_world", "pynccl", "custom_all_reduce") if k in init},
+    }
 
 
 def _p2p_off(env: dict[str, str]) -> bool:
@@ -484,8 +466,10 @@ def run_preflight(
         missing = tuple(f"rank{r}" for r in run.never_began(verdict.step or "launch"))
     lines = run.nccl_lines
     notes: list[str] = []
+    setup = setup_fields(run, spec, environment, notes)
     result = PreflightResult(
         **base,
+        **setup,
         verdict=verdict.verdict,
         exit_code=verdict.exit_code,
         seconds=0.0,
@@ -571,6 +555,7 @@ def host_has_gpus() -> bool:
 
 
 __all__ = [
+    "RANKS_SCRIPT",
     "Attempt",
     "PreflightProgress",
     "PreflightResult",
@@ -580,5 +565,6 @@ __all__ = [
     "host_has_gpus",
     "preflight_spec",
     "rank_request",
+    "run_environment",
     "run_preflight",
 ]

@@ -5,6 +5,10 @@ the time they arrived and answers, at any moment, which step is under way, how l
 quiet, and whether the run is over: ok, failed (a check found wrong values), crashed (an exception,
 a rank or the container gone), hung (a step silent for its stall window) or deadline (a step still
 busy at its deadline). NCCL's own lines (NCCL_DEBUG=INFO) are kept and summarised by transport.
+
+Two steps belong to the launcher, before any rank exists: `launch` (the container's Python and
+`import torch`) and `setup` (SGLang's own arguments and environment); their events carry rank -1
+and count for every rank.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from kit.errors import ExitCode
 
 MARK = "KIT_PREFLIGHT "
 STEPS = ("init", "allreduce", "p2p", "sweep")
-ALL_STEPS = ("launch", *STEPS)
+LAUNCHER_STEPS = ("launch", "setup")
+ALL_STEPS = (*LAUNCHER_STEPS, *STEPS)
+LAUNCHER = -1
 LIMITS_FILE = Path(__file__).resolve().parent / "preflight.toml"
 
 VERDICT_EXIT = {
@@ -71,6 +77,15 @@ def device_plan(device: str, deadlines: dict[str, float] | None = None) -> Devic
         stall = table.get("stall", {}).get(step)
         limits[step] = StepLimit(deadline, min(float(stall or deadline), deadline), stall is not None)
     return DevicePlan(device, limits, dict(table["sweep"]), int(table["p2p_bytes"]))
+
+
+def plan_steps(request: dict) -> list[str]:
+    """The rank steps a request asks for, up to `until` (ranks.py reads the request the same way)."""
+    wanted = [s for s in request.get("steps", STEPS) if s in STEPS]
+    until = request.get("until")
+    if until in wanted:
+        wanted = wanted[: wanted.index(until) + 1]
+    return wanted
 
 
 def parse_event(line: str) -> dict | None:
@@ -140,7 +155,7 @@ class PreflightRun:
 
     def __init__(self, world: int, steps: Iterable[str], plan: DevicePlan, started_at: float):
         self.world = world
-        self.steps = ("launch", *[s for s in STEPS if s in set(steps)])
+        self.steps = (*LAUNCHER_STEPS, *[s for s in STEPS if s in set(steps)])
         self.plan = plan
         self.started_at = started_at
         self.state = {step: StepState() for step in self.steps}
@@ -153,6 +168,8 @@ class PreflightRun:
         self.nccl_lines: list[str] = []
         self.other_lines: list[str] = []
         self.launcher: dict = {}
+        self.setup: dict = {}
+        """The launcher's setup detail: sglang, recipe, server_args, settings, error."""
         self.container_exit: int | None = None
         self.timed_out = False
 
@@ -176,13 +193,22 @@ class PreflightRun:
         step = event.get("step")
         if kind == "launcher":
             self.launcher = event
+            for r in range(self.world):
+                self._end("launch", r, at, round(at - self.started_at, 4), {})
         elif kind == "start":
             self.pids[rank] = int(event.get("pid", 0))
-            launch = self.state["launch"]
-            launch.begun.setdefault(rank, at)
-            launch.ended[rank] = at
-            launch.seconds[rank] = round(at - self.started_at, 4)
-            launch.last_heard = at
+            for name in LAUNCHER_STEPS:  # a rank is forked only after the launcher's steps
+                if rank not in self.state[name].ended:
+                    self._end(name, rank, at, round(at - self.started_at, 4), {})
+        elif kind in ("begin", "end") and rank == LAUNCHER and step in self.state:
+            for r in range(self.world):
+                if kind == "begin":
+                    self.state[step].begun[r] = at
+                    self.state[step].last_heard = at
+                else:
+                    self._end(step, r, at, float(event.get("s", 0.0)), event.get("detail") or {})
+            if kind == "end" and step == "setup":
+                self.setup = event.get("detail") or {}
         elif kind in ("begin", "end", "progress") and step in self.state:
             state = self.state[step]
             state.last_heard = at
@@ -204,6 +230,14 @@ class PreflightRun:
             self.exits[rank] = int(event.get("code", 0))
         elif kind == "timeout":
             self.timed_out = True
+
+    def _end(self, step: str, rank: int, at: float, seconds: float, detail: dict) -> None:
+        state = self.state[step]
+        state.begun.setdefault(rank, at)
+        state.ended[rank] = at
+        state.seconds[rank] = seconds
+        state.details[rank] = detail
+        state.last_heard = at
 
     def container_exited(self, code: int | None) -> None:
         self.container_exit = -1 if code is None else code
@@ -335,12 +369,20 @@ def _detail(step: str, details: dict[int, dict], run: PreflightRun) -> str:
         return f"python {launcher.get('python', '?')}, torch {launcher.get('torch', '?')}" + (
             f" (import {launcher['import_s']:.1f} s)" if "import_s" in launcher else ""
         )
+    if step == "setup":
+        return setup_text(run.setup)
     if step == "init":
-        parts = [str(first.get("backend", "?"))]
+        recipe = RECIPES.get(str(first.get("recipe")), str(first.get("recipe")))
+        built = {"sglang": f"SGLang's groups ({recipe})"}.get(
+            str(first.get("groups")), "torch.distributed's groups (not SGLang's)"
+        )
+        parts = [built, str(first.get("backend", "?"))]
         if first.get("nccl"):
             parts.append(f"NCCL {first['nccl']}")
         if first.get("device"):
             parts.append(str(first["device"]))
+        if first.get("groups") == "sglang" and first.get("backend") == "nccl":
+            parts.append(f"custom all-reduce {first.get('custom_all_reduce') or 'off'}")
         return ", ".join(parts)
     if step == "allreduce":
         return f"{first.get('elements', '?')} {first.get('dtype', '')} values checked on every rank"
@@ -356,6 +398,27 @@ def _detail(step: str, details: dict[int, dict], run: PreflightRun) -> str:
         peak = max(r["busbw_gbps"] for r in rows)
         return f"{_size(rows[0]['bytes'])} - {_size(rows[-1]['bytes'])}, peak busbw {peak:.2f} GB/s"
     return ""
+
+
+RECIPES = {
+    "bootstrap": "distributed/bootstrap.py::init_parallel_runtime",
+    "model-runner": "ModelRunner.init_torch_distributed's calls",
+}
+NOTABLE = ("NCCL_", "CUDA_DEVICE_MAX_CONNECTIONS", "GLOO_")
+"""The settings a step row names (the JSON has them all)."""
+
+
+def setup_text(setup: dict) -> str:
+    """One line: which SGLang set the ranks up and the NCCL settings it applied, or why none did."""
+    if setup.get("error"):
+        return f"{setup['error']}; the groups are plain torch.distributed"
+    applied = [
+        f"{key}={entry.get('value')}"
+        for key, entry in (setup.get("settings") or {}).items()
+        if entry.get("source") == "sglang" and key.startswith(NOTABLE)
+    ]
+    head = f"sglang {setup.get('sglang', '?')}: its arguments and environment"
+    return head + (f" ({', '.join(applied)})" if applied else "")
 
 
 def pair_rows(details: dict[int, dict]) -> tuple[PairRow, ...]:

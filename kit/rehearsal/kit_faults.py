@@ -22,6 +22,17 @@ module does nothing but read one variable.
                                           in load, as far as anything outside can tell)
               [,progress=P]               ... redrawing a tqdm-style bar with '\r' every P seconds
                                           and no newline until done: alive only through its output
+    KIT_FAULT=traceback:at=launch|load    a harmless traceback of SGLang's real shape, then the start
+              [,rank=N][,hold=S]          goes on: at=launch the launcher prints a ModuleNotFoundError
+                                          traceback bare, as SGLang's retry() does
+                                          (srt/utils/common.py: traceback.print_exc(), then it tries
+                                          again); at=load rank N (default 1) logs one through its
+                                          logger with exc_info on its first weights file, as
+                                          SGLang's optional fused-kernel fallbacks do
+                                          (srt/models/hunyuan_v4.py). Either way the process then
+                                          works S seconds (default 15, CPU and reads, no line)
+                                          before it goes on: longer than the old 10 s crash grace.
+                                          at=launch+load plants both in one start
 
 Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
 nothing in processes that never do. The blocking functions have telling names
@@ -101,6 +112,40 @@ def kit_fault_slow_load(path: str, seconds: float, busy: bool = True, progress: 
         sys.stderr.flush()
 
 
+def kit_fault_traceback(where: str, hold: float, path: str | None = None) -> None:
+    """Print a harmless traceback of SGLang's real shape, then keep working `hold` seconds."""
+    import logging
+    import traceback
+
+    try:
+        import kit_fault_optional_kernel  # noqa: F401  (absent on purpose: an optional import)
+    except ModuleNotFoundError:
+        if where == "launch":
+            traceback.print_exc()  # retry()'s shape: a bare traceback on stderr, then it goes on
+            sys.stderr.flush()
+        else:
+            logging.getLogger("sglang.srt.model_loader.weight_utils").warning(
+                "kit fault traceback: an optional fused kernel is missing; falling back to the default path",
+                exc_info=True,
+            )
+    deadline = time.monotonic() + hold
+    while time.monotonic() < deadline:  # busy, as a server importing or reading shards is
+        if path is not None:
+            import hashlib
+
+            with open(path, "rb") as handle:
+                hashlib.sha256(handle.read()).hexdigest()
+        else:
+            sum(i * i for i in range(20_000))
+
+
+def _patch_launch(module, kind: str, params: dict[str, str]) -> None:
+    import multiprocessing
+
+    if multiprocessing.current_process().name == "MainProcess":  # the launcher, not a scheduler
+        kit_fault_traceback("launch", float(params.get("hold", "15")))
+
+
 def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
     target = int(params.get("rank", "1"))
     if kind == "hang-init":
@@ -149,6 +194,17 @@ def _patch_safetensors(module, kind: str, params: dict[str, str]) -> None:
                 )
             return original(filename, *args, **kwargs)
 
+    elif kind == "traceback":
+        target = int(params.get("rank", "1"))
+        hold = float(params.get("hold", "15"))
+        done: list[bool] = []
+
+        def safe_open(filename, *args, **kwargs):
+            if not done and _current_rank() == target:
+                done.append(True)
+                kit_fault_traceback("load", hold, str(filename))
+            return original(filename, *args, **kwargs)
+
     else:  # slow-load
         seconds = float(params.get("seconds", "90"))
         busy = params.get("busy", "1") not in ("0", "false")
@@ -170,7 +226,21 @@ _PATCHES = {
     "hang-p2p": ("torch.distributed", _patch_distributed),
     "crash-load": ("safetensors", _patch_safetensors),
     "slow-load": ("safetensors", _patch_safetensors),
+    "traceback": ("safetensors", _patch_safetensors),
 }
+
+
+def _targets(kind: str, params: dict[str, str]) -> list[tuple[str, object]]:
+    """The modules whose import arms the patch: the traceback fault picks them by `at`."""
+    if kind != "traceback":
+        return [_PATCHES[kind]]
+    found = []
+    for where in params.get("at", "load").split("+"):
+        if where == "launch":  # the launcher imports its HTTP entry point first thing
+            found.append(("sglang.srt.entrypoints.http_server", _patch_launch))
+        elif where == "load":
+            found.append(_PATCHES[kind])
+    return found
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -210,11 +280,15 @@ def arm(spec: str) -> None:
     if kind not in _PATCHES:
         print(f"kit_faults: unknown KIT_FAULT '{kind}' (known: {', '.join(_PATCHES)})", file=sys.stderr)
         return
-    module_name, patch = _PATCHES[kind]
-    if module_name in sys.modules:
-        patch(sys.modules[module_name], kind, params)
-    else:
-        sys.meta_path.insert(0, _PatchOnImport(module_name, patch, kind, params))
+    wanted = params.get("at", "load").split("+")
+    if kind == "traceback" and not set(wanted) <= {"launch", "load"}:
+        print(f"kit_faults: traceback needs at=launch or at=load, not '{params.get('at')}'", file=sys.stderr)
+        return
+    for module_name, patch in _targets(kind, params):
+        if module_name in sys.modules:
+            patch(sys.modules[module_name], kind, params)
+        else:
+            sys.meta_path.insert(0, _PatchOnImport(module_name, patch, kind, params))
 
 
 if _SPEC:

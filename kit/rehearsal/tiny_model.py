@@ -74,15 +74,16 @@ _SYLLABLES = [
 SYNTHETIC = " ".join(a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES[:6])
 
 
-def build_tokenizer():
+def build_tokenizer(vocab_size: int = VOCAB_SIZE, special_tokens: tuple[str, ...] = tuple(SPECIAL_TOKENS)):
+    """A byte-level BPE tokenizer trained on the built-in corpus; the special tokens take ids 0..n-1."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size,
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -8,6 +8,10 @@ GPUs x nodes).
 
 A Service makes the server reachable cluster-wide, so this rendering always passes an API key:
 SGLang's --api-key gets $(NAME), NAME coming from a Kubernetes Secret (never from this file).
+
+Each pod also gets SYS_PTRACE (py-spy stacks), and the compile cache as a hostPath folder per node
+(kit/runtime/compile_cache.py's MOUNT and variables), so a restarted pod does not compile again.
+GPUs come from the NVIDIA device plugin (`nvidia.com/gpu: N`), which picks the devices itself.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from typing import Any
 
 from kit.dialects import load_dialect
 from kit.render._yaml import dump
-from kit.render.docker import container_labels
+from kit.render.docker import cap_add, container_labels
+from kit.runtime.compile_cache import ENV as COMPILE_ENV
+from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.spec import CONTAINER_HF_CACHE, LaunchSpec
 
 DIST_PORT = 20000
@@ -55,7 +61,7 @@ def _server_args(spec: LaunchSpec, nodes: int) -> list[str]:
 
 
 def _container(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
-    env = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env = [{"name": k, "value": v} for k, v in sorted({**COMPILE_ENV, **spec.env}.items())]
     key_env = api_key_env(spec)
     for key in spec.pass_env:
         if key == key_env:
@@ -76,9 +82,10 @@ def _container(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if spec.hf_cache:
         mounts.append({"name": "hf-cache", "mountPath": CONTAINER_HF_CACHE})
+    mounts.append({"name": "compile-cache", "mountPath": COMPILE_MOUNT})
     container["volumeMounts"] = mounts
-    if spec.cap_add:
-        container["securityContext"] = {"capabilities": {"add": list(spec.cap_add)}}
+    # py-spy reads the ranks' stacks only with SYS_PTRACE.
+    container["securityContext"] = {"capabilities": {"add": cap_add(spec)}}
     if leader:
         container["ports"] = [{"containerPort": spec.port, "name": "http"}]
         start = int(sum(v for k, v in spec.timing.deadlines.items() if k != "first_token"))
@@ -100,6 +107,9 @@ def _pod(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
     ]
     if spec.hf_cache:
         volumes.append({"name": "hf-cache", "hostPath": {"path": spec.hf_cache, "type": "DirectoryOrCreate"}})
+    volumes.append(
+        {"name": "compile-cache", "hostPath": {"path": COMPILE_MOUNT, "type": "DirectoryOrCreate"}}
+    )
     labels = {k.replace("io.kit.", "kit.io/"): v for k, v in container_labels(spec).items()}
     if leader:
         labels["role"] = "leader"  # the Service below selects the leader by it
@@ -149,7 +159,12 @@ def render_lws(spec: LaunchSpec, *, nodes: int | None = None) -> str:
         "--from-literal=key=$(openssl rand -hex 32)",
         f"# HF_TOKEN: kubectl create secret generic {HF_SECRET} --from-literal=token=...",
         "# memlock/stack ulimits cannot be set per pod: the node's container runtime must allow them.",
+        f"# Compile cache: {COMPILE_MOUNT} on each node (hostPath), kept across pod restarts.",
     ]
+    if spec.gpu_devices:
+        header.append(
+            f"# --gpus {','.join(spec.gpu_devices)} does not apply here: the device plugin picks the GPUs."
+        )
     if spec.hf_repo:
         header.append(
             f"# Weights: each node's {spec.hf_cache} holds {spec.hf_repo} (kit model fetch {spec.target} "

@@ -1,8 +1,8 @@
 """LaunchSpec -> a systemd unit that runs the server container (the failing deployment used systemd).
 
-The container is the one `kit render docker` prints, run in the foreground so systemd sees it stop;
-HF_TOKEN (and the API key of a server published beyond loopback) come from an optional
-EnvironmentFile, never from the unit.
+The container is the one `kit render docker` prints (SYS_PTRACE, the compile-cache volume, GPUs the
+way it is given), run in the foreground so systemd sees it stop; HF_TOKEN (and the API key of a
+server published beyond loopback) come from an optional EnvironmentFile, never from the unit.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shlex
 
 from kit.render.docker import docker_run_argv
 from kit.runtime.engine import LABEL_RESTART
+from kit.runtime.host.gpus import GpuWay
 from kit.spec import PHASES, LaunchSpec
 
 
@@ -23,9 +24,15 @@ def _systemd_quote(arg: str) -> str:
     return shlex.quote(arg).replace("%", "%%").replace("$", "$$")
 
 
-def render_systemd(spec: LaunchSpec, *, docker: str = "/usr/bin/docker", env_file: str | None = None) -> str:
+def render_systemd(
+    spec: LaunchSpec,
+    *,
+    docker: str = "/usr/bin/docker",
+    env_file: str | None = None,
+    way: GpuWay | None = None,
+) -> str:
     name = unit_name(spec)
-    argv = docker_run_argv(spec, name=name, host_port=spec.port)
+    argv = docker_run_argv(spec, name=name, host_port=spec.port, way=way)
     argv.remove("-d")  # systemd supervises the foreground process
     # systemd replaces the container by name after a crash (Restart= below): the label tells
     # `kit watch` to follow the next launch attempt rather than end at the first crash.

@@ -10,8 +10,13 @@ container's processes use of it. The only module that calls NVML.
 answers like a GPU host, so the code below runs unchanged in tests and replayed scenarios.
 
 NVML reports host PIDs; a container's processes are matched by the host PIDs the engine reports for
-it (`docker top`). Where NVML cannot say how much one process holds (some vGPU/WSL setups give no
-per-process figure), the device's whole used memory stands in, and the reading says so.
+it (`docker top`). A process is counted once per device even when NVML lists it as both a compute
+and a graphics process. Where NVML cannot say how much one process holds (some vGPU/WSL setups give
+no per-process figure), the device's whole used memory stands in, and the reading says so.
+
+Every NVML call is guarded: a GPU that stops answering (NVML_ERROR_GPU_IS_LOST after a P2P hang, a
+reset required, fallen off the bus) becomes a `LostGpu` in the inventory and the usage, never an
+exception in doctor, `kit up` or a bundle.
 """
 
 from __future__ import annotations
@@ -48,6 +53,25 @@ class GpuDevice:
     nvlinks: int = 0  # active NVLink links (0 on PCIe-only cards such as the RTX PRO 6000)
 
 
+# NVML return codes of a GPU that no longer answers (pynvml's NVML_ERROR_*): a GPU lost after a hang,
+# one that needs a reset, one gone from the bus; 999 (Unknown) is what a fallen-off-the-bus GPU gives.
+LOST_CODES = {15: "GPU is lost", 16: "GPU requires reset", 28: "GPU not found", 999: "unknown error"}
+
+
+@dataclass(frozen=True)
+class LostGpu:
+    """A GPU NVML lists but that no longer answers (or answers only errors)."""
+
+    index: int
+    error: str
+    """NVML's words, e.g. 'GPU is lost'."""
+    lost: bool = True
+    """True for the lost family (LOST_CODES); False when it only refused one call we need."""
+
+    def describe(self) -> str:
+        return f"GPU {self.index}: {self.error}"
+
+
 @dataclass(frozen=True)
 class GpuInventory:
     """The host's GPUs as NVML sees them; `error` says why there are none when NVML is unusable."""
@@ -56,6 +80,8 @@ class GpuInventory:
     cuda_driver_version: str | None = None  # the newest CUDA the driver supports, "13.0"
     devices: tuple[GpuDevice, ...] = ()
     error: str | None = None
+    lost: tuple[LostGpu, ...] = ()
+    """GPUs NVML lists that did not answer (not in `devices`)."""
 
     @property
     def count(self) -> int:
@@ -76,6 +102,8 @@ class GpuReading:
 @dataclass(frozen=True)
 class GpuUsage:
     readings: tuple[GpuReading, ...] = field(default_factory=tuple)
+    lost: tuple[LostGpu, ...] = ()
+    """Devices that did not answer this reading."""
 
     @property
     def memory_bytes(self) -> int:
@@ -94,21 +122,54 @@ def _cuda_version(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
+def _error_text(exc: Exception) -> str:
+    return str(exc) or LOST_CODES.get(getattr(exc, "value", None), "") or type(exc).__name__
+
+
+def is_lost(exc: Exception) -> bool:
+    return getattr(exc, "value", None) in LOST_CODES
+
+
 class NvmlGpus:
     """Reads through `lib` (pynvml or a fake with the same functions); open with `open_nvml()`."""
 
     def __init__(self, lib: Any):
         self.lib = lib
-        self._handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+        self._handles: list[tuple[int, Any]] = []
+        self._lost: dict[int, LostGpu] = {}
+        for index in range(lib.nvmlDeviceGetCount()):
+            try:
+                self._handles.append((index, lib.nvmlDeviceGetHandleByIndex(index)))
+            except lib.NVMLError as exc:
+                self._lose(index, exc)
 
     def close(self) -> None:
         with contextlib.suppress(self.lib.NVMLError):
             self.lib.nvmlShutdown()
 
+    @property
+    def lost(self) -> tuple[LostGpu, ...]:
+        return tuple(self._lost[i] for i in sorted(self._lost))
+
+    @property
+    def count(self) -> int:
+        """Devices NVML lists, answering or not."""
+        return len(self._handles) + len(self._lost)
+
+    def _lose(self, index: int, exc: Exception) -> None:
+        self._lost[index] = LostGpu(index, _error_text(exc), is_lost(exc))
+
+    def _answering(self) -> list[tuple[int, Any]]:
+        return [(i, h) for i, h in self._handles if i not in self._lost]
+
     def _try(self, call, *args, default=None):
+        """An optional fact: NVML's error becomes `default` (a lost GPU is still recorded)."""
         try:
             return call(*args)
-        except self.lib.NVMLError:
+        except self.lib.NVMLError as exc:
+            owners = [i for i, h in self._handles if any(a is h for a in args)]
+            if is_lost(exc) and len(owners) == 1:  # a pair's call cannot say which one is lost
+                self._lose(owners[0], exc)
             return default
 
     def _nvlinks(self, handle) -> int:
@@ -121,53 +182,64 @@ class NvmlGpus:
             active += int(state == getattr(self.lib, "NVML_FEATURE_ENABLED", 1))
         return active
 
+    def _device(self, index: int, handle) -> GpuDevice:
+        """One device's facts; a failing required call raises lib.NVMLError (the caller records it)."""
+        lib = self.lib
+        major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
+        pci = self._try(lib.nvmlDeviceGetPciInfo, handle)
+        return GpuDevice(
+            index=index,
+            name=_text(lib.nvmlDeviceGetName(handle)),
+            uuid=_text(lib.nvmlDeviceGetUUID(handle)),
+            compute_capability=f"{major}.{minor}",
+            memory_total_bytes=int(lib.nvmlDeviceGetMemoryInfo(handle).total),
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            nvlinks=self._nvlinks(handle),
+        )
+
     def inventory(self) -> GpuInventory:
         lib = self.lib
         devices = []
-        for index, handle in enumerate(self._handles):
-            major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
-            pci = self._try(lib.nvmlDeviceGetPciInfo, handle)
-            devices.append(
-                GpuDevice(
-                    index=index,
-                    name=_text(lib.nvmlDeviceGetName(handle)),
-                    uuid=_text(lib.nvmlDeviceGetUUID(handle)),
-                    compute_capability=f"{major}.{minor}",
-                    memory_total_bytes=int(lib.nvmlDeviceGetMemoryInfo(handle).total),
-                    pci_bus_id=_text(pci.busId) if pci is not None else None,
-                    nvlinks=self._nvlinks(handle),
-                )
-            )
+        for index, handle in self._answering():
+            try:
+                devices.append(self._device(index, handle))
+            except lib.NVMLError as exc:
+                self._lose(index, exc)
         cuda = self._try(lib.nvmlSystemGetCudaDriverVersion)
         return GpuInventory(
             driver_version=_text(self._try(lib.nvmlSystemGetDriverVersion, default="")) or None,
             cuda_driver_version=None if cuda is None else _cuda_version(int(cuda)),
-            devices=tuple(devices),
+            devices=tuple(d for d in devices if d.index not in self._lost),
+            lost=self.lost,
         )
 
-    def _device_used(self, handle) -> int:
-        return int(self.lib.nvmlDeviceGetMemoryInfo(handle).used)
-
     def _processes(self, handle) -> list[Any]:
-        found = []
+        """Compute and graphics processes, one entry per PID (a process in both lists counts once)."""
+        by_pid: dict[int, Any] = {}
         for call in (
             self.lib.nvmlDeviceGetComputeRunningProcesses,
             self.lib.nvmlDeviceGetGraphicsRunningProcesses,
         ):
-            found.extend(self._try(call, handle, default=[]) or [])
-        return found
+            for process in self._try(call, handle, default=[]) or []:
+                known = by_pid.get(process.pid)
+                if known is None or (known.usedGpuMemory is None and process.usedGpuMemory is not None):
+                    by_pid[process.pid] = process
+        return list(by_pid.values())
 
     def usage(self, pids: Iterable[int]) -> GpuUsage:
         """Memory and utilisation of the devices these host PIDs use (devices they do not use: absent)."""
         wanted = set(pids)
         readings = []
-        for index, handle in enumerate(self._handles):
+        for index, handle in self._answering():
             mine = [p for p in self._processes(handle) if p.pid in wanted]
             if not mine:
                 continue
             known = [p.usedGpuMemory for p in mine if p.usedGpuMemory is not None]
             whole = len(known) < len(mine)
-            used = self._device_used(handle) if whole else int(sum(known))
+            memory = self._try(self.lib.nvmlDeviceGetMemoryInfo, handle) if whole else None
+            if whole and memory is None:
+                continue  # neither figure: no reading rather than a wrong one
+            used = int(memory.used) if whole else int(sum(known))
             rates = self._try(self.lib.nvmlDeviceGetUtilizationRates, handle)
             readings.append(
                 GpuReading(
@@ -178,28 +250,26 @@ class NvmlGpus:
                     whole_device=whole,
                 )
             )
-        return GpuUsage(tuple(readings))
+        return GpuUsage(tuple(r for r in readings if r.index not in self._lost), self.lost)
 
     def device_usage(self) -> tuple[tuple[int, int, int | None, int], ...]:
-        """(index, memory used, utilisation %, processes) of every device, whoever uses it."""
+        """(index, memory used, utilisation %, processes) of every answering device, whoever uses it."""
         rows = []
-        for index, handle in enumerate(self._handles):
+        for index, handle in self._answering():
+            memory = self._try(self.lib.nvmlDeviceGetMemoryInfo, handle)
             rates = self._try(self.lib.nvmlDeviceGetUtilizationRates, handle)
-            rows.append(
-                (
-                    index,
-                    self._device_used(handle),
-                    None if rates is None else int(rates.gpu),
-                    len(self._processes(handle)),
-                )
-            )
-        return tuple(rows)
+            processes = self._processes(handle)
+            if memory is None:
+                continue
+            rows.append((index, int(memory.used), None if rates is None else int(rates.gpu), len(processes)))
+        return tuple(row for row in rows if row[0] not in self._lost)
 
     def p2p_matrix(self) -> dict[str, dict[str, str]]:
         """P2P read/write status between every pair of devices, as NVML reports it ("OK", "not supported")."""
         matrix: dict[str, dict[str, str]] = {}
-        for i, a in enumerate(self._handles):
-            for j, b in enumerate(self._handles):
+        handles = self._answering()
+        for i, a in handles:
+            for j, b in handles:
                 if i == j:
                     continue
                 row = matrix.setdefault(str(i), {})
@@ -214,10 +284,11 @@ class NvmlGpus:
 
     def topology(self) -> dict[str, dict[str, str]]:
         """The path between every pair of devices in `nvidia-smi topo -m` words (PIX, PHB, NODE, SYS, NV#)."""
-        links = [self._nvlinks(h) for h in self._handles]
+        handles = self._answering()
+        links = {i: self._nvlinks(h) for i, h in handles}
         matrix: dict[str, dict[str, str]] = {}
-        for i, a in enumerate(self._handles):
-            for j, b in enumerate(self._handles):
+        for i, a in handles:
+            for j, b in handles:
                 if i == j:
                     continue
                 level = self._try(self.lib.nvmlDeviceGetTopologyCommonAncestor, a, b)
@@ -226,6 +297,20 @@ class NvmlGpus:
                     word = f"NV{min(links[i], links[j])}"
                 matrix.setdefault(str(i), {})[str(j)] = word
         return matrix
+
+
+def lost_note(gpus: NvmlGpus | None) -> str | None:
+    """One line naming the GPUs that stopped answering (read now), or None: for a verdict's notes."""
+    if gpus is None:
+        return None
+    try:
+        lost = gpus.inventory().lost
+    except Exception:  # never let a note about the GPUs become the error
+        return None
+    if not lost:
+        return None
+    named = "; ".join(g.describe() for g in lost)
+    return f"NVML: {named} (reset it with nvidia-smi -r -i {lost[0].index}, or reboot, before the next start)"
 
 
 @functools.cache
@@ -270,11 +355,12 @@ def open_nvml(lib: Any | None = None, *, strict: bool = False) -> NvmlGpus | Non
     try:
         gpus = NvmlGpus(lib)
     except lib.NVMLError as exc:
-        lib.nvmlShutdown()
+        with contextlib.suppress(lib.NVMLError):
+            lib.nvmlShutdown()
         if strict:
             raise _Unavailable(f"NVML could not list devices ({type(exc).__name__})") from exc
         return None
-    if not gpus._handles:
+    if not gpus.count:
         gpus.close()
         if strict:
             raise _Unavailable("NVML sees 0 devices")
@@ -291,5 +377,7 @@ def read_inventory(lib: Any | None = None) -> GpuInventory:
     assert gpus is not None
     try:
         return gpus.inventory()
+    except Exception as exc:  # the guarded reads should never get here; a traceback must not either
+        return GpuInventory(error=f"NVML failed while reading the inventory ({type(exc).__name__}: {exc})")
     finally:
         gpus.close()

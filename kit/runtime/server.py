@@ -1,21 +1,26 @@
-"""A server container started from a LaunchSpec: start, attach, exec, read its log, remove.
+"""A server container: start (from the renderer's keyword arguments), attach, exec, read its log, remove.
 
 With kit/runtime/docker_source.py (what the watcher reads from a container), the only code that
-drives a running server through the docker SDK; callers get plain data and kit errors.
+drives a running server through the docker SDK; callers get plain data and kit errors. The shape of
+the container is kit/render/docker.py's (`server_runs`); this adapter takes it as data and never
+imports the renderer (kit.startup.server puts the two together).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import requests
-from docker.errors import DockerException, NotFound
+from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
 from kit.errors import EnvironmentProblem, InputError, KitError
-from kit.render.docker import run_kwargs
 from kit.runtime.engine import LABEL_MANAGED, LABEL_SESSION, client, image_exists, translated
 from kit.spec import LaunchSpec, client_host
 
@@ -27,6 +32,10 @@ class RunningServer:
     name: str
     session: str
     host_port: int | None
+    gpu_access: str | None = None
+    """How the container got its GPUs (kit.runtime.host.gpus.GpuWay.describe); None without GPUs."""
+    refused: tuple[str, ...] = field(default_factory=tuple)
+    """GPU ways the engine refused before this one started ('<way>: <what the engine said>')."""
 
     @property
     def url(self) -> str:
@@ -68,27 +77,58 @@ def run_labels() -> dict[str, str]:
     return labels
 
 
-def start_server(
-    spec: LaunchSpec, *, fault: str | None = None, diagnose: bool = True, session: str | None = None
+def start_container(
+    spec: LaunchSpec, runs: Sequence[tuple[Any, dict]], *, name: str, session: str
 ) -> RunningServer:
+    """Start the first of RUNS the engine accepts: (GPU way or None, containers.run keyword arguments),
+    best first. A way the engine refuses (no such runtime, device driver or CDI device) is removed
+    and the next tried; when none starts, EnvironmentProblem lists what the engine said to each."""
     if not image_exists(spec.image_ref):
         raise EnvironmentProblem(
             f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
         )
-    session = session or new_session_id()
-    name = f"kit-{spec.target}-{session}"
-    kwargs = run_kwargs(
-        spec,
-        name=name,
-        environment=server_environment(spec, fault),
-        labels={**run_labels(), LABEL_SESSION: session},
-        diagnose=diagnose,
+    refused: list[str] = []
+    for way, kwargs in runs:
+        described = getattr(way, "describe", None)
+        try:
+            with translated(f"starting {spec.image_ref}"):
+                container = _run(kwargs, gpus=way is not None)
+        except _Refused as exc:
+            refused.append(f"{described}: {exc}")
+            continue
+        server = RunningServer(container, spec, name, session, None, described, tuple(refused))
+        server.host_port = published_port(container, spec.port)
+        return server
+    raise EnvironmentProblem(
+        f"no way to give {spec.target}'s container {spec.gpus} GPU(s) worked on this engine",
+        hint="; ".join(refused) + " (kit doctor checks the toolkit and CDI)",
     )
-    with translated(f"starting {spec.image_ref}"):
-        container = client().containers.run(**kwargs)
-    server = RunningServer(container, spec, name, session, None)
-    server.host_port = published_port(container, spec.port)
-    return server
+
+
+# What an engine says when it cannot give GPUs one way: 'could not select device driver "" with
+# capabilities: [[gpu]]', 'unknown or invalid runtime name: nvidia', 'unresolvable CDI devices ...'.
+_GPU_REFUSAL = re.compile(r"device|driver|runtime|cdi|nvidia|gpu", re.IGNORECASE)
+
+
+class _Refused(Exception):
+    """The engine would not create or start the container this GPU way."""
+
+
+def _run(kwargs: dict, *, gpus: bool) -> Container:
+    """containers.run; with GPUs, an engine refusal removes the half-made container and raises _Refused."""
+    if not gpus:
+        return client().containers.run(**kwargs)
+    try:
+        return client().containers.run(**kwargs)
+    except APIError as exc:
+        name = kwargs.get("name")
+        if name:
+            with contextlib.suppress(DockerException):
+                client().containers.get(name).remove(force=True, v=True)
+        said = " ".join(str(exc.explanation or exc).split())
+        if not _GPU_REFUSAL.search(said):
+            raise  # not about GPUs (a port taken, a bad mount): the next way would fail the same
+        raise _Refused(said[:300]) from exc
 
 
 def published_port(container: Container, port: int) -> int | None:

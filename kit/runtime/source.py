@@ -1,8 +1,9 @@
 """What the watcher reads, behind one small interface: a `Source`.
 
-Two implementations drive the same Watcher, tracker and verdict code:
+Three implementations drive the same Watcher, tracker and verdict code:
 
     kit.runtime.docker_source.DockerSource   a server container (kit up, kit watch, the pytest plugin)
+    kit.runtime.host_source.HostSource       host processes: a systemd unit or a PID (kit watch --unit/--pid)
     kit.scenarios.replay.ReplaySource        a scenario replayed on its own clock (GPU-shaped start-ups)
 
 A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
@@ -13,7 +14,7 @@ watcher sleeps on. Modelled on httpx's transports: one small surface, a real one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -117,7 +118,18 @@ class LineSplitter:
         return [text] if text.strip() else []
 
 
-def monotonic_from_wall(wall_now: float, mono_now: float) -> Callable[[float], float]:
-    """Map wall-clock seconds (a log's own timestamps) onto the monotonic clock the watcher uses."""
-    offset = mono_now - wall_now
-    return lambda wall: wall + offset
+def read_gpu_usage(gpus, pids: Iterable[int]) -> tuple[int | None, tuple[int | None, ...], str | None]:
+    """(memory bytes, utilisation per device, why not) of the processes' GPUs through the kit's NVML
+    reader. A GPU that stopped answering (NVML's GPU_IS_LOST after a hung collective) is a fact for
+    the verdict, never an exception out of the watch: pynvml raises one NVMLError subclass per code,
+    and a guarded reader may report the loss as data (`usage.error`) instead."""
+    if gpus is None:
+        return None, (), None
+    try:
+        usage = gpus.usage(list(pids))
+    except Exception as exc:
+        return None, (), f"NVML could not read the GPUs: {exc or type(exc).__name__}"
+    error = getattr(usage, "error", None)
+    if error and not usage.readings:
+        return None, (), str(error)
+    return usage.memory_bytes, usage.utilization, str(error) if error else None

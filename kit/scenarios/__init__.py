@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kit.launch import resolve
+from kit.logs.limits import limits_from_spec
 from kit.runtime.nvml import GpuInventory
 from kit.scenarios.replay import ReplaySource, Scenario, list_scenarios, load_scenario
-from kit.startup.limits import limits_from_spec
 from kit.startup.result import UpResult
 from kit.startup.up import follow_source
 from kit.startup.watch import Progress
@@ -127,6 +127,22 @@ def _check(scenario: Scenario, result: UpResult, latency: float | None) -> list[
                 set(lead) == set(expect.causes_first),
                 f"{', '.join(ids[:4]) or '-'} (want {', '.join(expect.causes_first)} first)",
             )
+        )
+    if expect.causes_absent:
+        offered = {c.id for c in result.likely_causes}
+        wrong = sorted(offered & set(expect.causes_absent))
+        checks.append(
+            Expectation(
+                "causes ruled out", not wrong, f"{', '.join(wrong) or 'none'} offered (want none of them)"
+            )
+        )
+    if expect.activity is not None:
+        shape = result.activity.shape if result.activity is not None else None
+        checks.append(Expectation("activity", shape == expect.activity, f"{shape} (want {expect.activity})"))
+    if expect.survived is not None:
+        got = len(result.survived_errors)
+        checks.append(
+            Expectation("errors survived", got == expect.survived, f"{got} (want {expect.survived})")
         )
     if expect.first_token_in is not None:
         checks.append(

@@ -8,28 +8,70 @@ NVML code (PID matching, whole-device fallback, P2P and topology words) without 
                        capability=(12, 0), memory_gib=96)
     nvml.set_process(gpu=0, pid=4242, used_bytes=1 << 30)
     nvml.set_utilization(gpu=0, pct=100)
+    nvml.lose(gpu=2)                                   # every call on GPU 2: NVML_ERROR_GPU_IS_LOST
+    nvml.fail("nvmlDeviceGetUtilizationRates", gpu=1)  # one call on one GPU raises (NotSupported)
+
+Errors carry pynvml's `value` (the NVML return code), as pynvml's own NVMLError subclasses do.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 
 class NVMLError(Exception):
-    pass
+    """pynvml's base error: `value` is the NVML return code, str() its words."""
+
+    value = 999
+    words = "Unknown Error"
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or self.words)
 
 
 class NVMLError_NotSupported(NVMLError):
-    pass
+    value, words = 3, "Not Supported"
 
 
 class NVMLError_LibraryNotFound(NVMLError):
-    pass
+    value, words = 12, "NVML Shared Library Not Found"
 
 
 class NVMLError_InvalidArgument(NVMLError):
-    pass
+    value, words = 2, "Invalid Argument"
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    value, words = 15, "GPU is lost"
+
+
+class NVMLError_ResetRequired(NVMLError):
+    value, words = 16, "GPU requires restart"
+
+
+class NVMLError_Unknown(NVMLError):
+    value, words = 999, "Unknown Error"
+
+
+def _per_device(method):
+    """A pynvml function taking device handles: raises what `fail`/`lose` planted for them."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        for arg in args:
+            if isinstance(arg, FakeDevice):
+                planted = self.failures.get((method.__name__, self.devices.index(arg)))
+                planted = planted or self.failures.get(("*", self.devices.index(arg)))
+                if planted is not None:
+                    raise planted
+        planted = self.failures.get((method.__name__, None))
+        if planted is not None:
+            raise planted
+        return method(self, *args)
+
+    return wrapper
 
 
 @dataclass
@@ -40,6 +82,7 @@ class FakeDevice:
     memory_total: int
     bus_id: str
     processes: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes (None: not reported)
+    graphics: dict[int, int | None] = field(default_factory=dict)  # graphics contexts, same shape
     other_used: int = 0  # memory held by processes that are not listed (driver, other users)
     utilization: int = 0
     nvlinks: int = 0
@@ -50,6 +93,8 @@ class FakeNvml:
 
     NVMLError = NVMLError
     NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVML_ERROR_GPU_IS_LOST = 15
     NVML_FEATURE_ENABLED = 1
     NVML_NVLINK_MAX_LINKS = 18
 
@@ -70,6 +115,8 @@ class FakeNvml:
         self.p2p = p2p or {}  # (i, j) -> NVML P2P status code; absent = 0 (OK)
         self.topology = topology or {}  # (i, j) -> topology level; absent = 30 (PHB)
         self.initialised = 0
+        self.failures: dict[tuple[str, int | None], NVMLError] = {}
+        """(function name or '*', GPU index or None for every GPU) -> the error it raises."""
 
     @classmethod
     def of(
@@ -95,11 +142,22 @@ class FakeNvml:
 
     # -- what tests and scenarios change ------------------------------------------------------------
 
-    def set_process(self, gpu: int, pid: int, used_bytes: int | None) -> None:
+    def set_process(self, gpu: int, pid: int, used_bytes: int | None, *, graphics: bool = False) -> None:
+        """A compute process on GPU (graphics=True: also listed as a graphics process, same memory)."""
         self.devices[gpu].processes[pid] = used_bytes
+        if graphics:
+            self.devices[gpu].graphics[pid] = used_bytes
 
     def set_utilization(self, gpu: int, pct: int) -> None:
         self.devices[gpu].utilization = pct
+
+    def fail(self, call: str, *, gpu: int | None = None, error: NVMLError | None = None) -> None:
+        """Make one pynvml function raise (for one GPU, or for all): NotSupported unless told."""
+        self.failures[(call, gpu)] = error or NVMLError_NotSupported()
+
+    def lose(self, gpu: int, error: NVMLError | None = None) -> None:
+        """GPU falls off: its handle and every call on it raise GPU_IS_LOST (as after a P2P hang)."""
+        self.failures[("*", gpu)] = error or NVMLError_GpuIsLost()
 
     # -- pynvml's functions ---------------------------------------------------------------------------
 
@@ -123,33 +181,45 @@ class FakeNvml:
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
         self._ready()
+        planted = self.failures.get(("*", index)) or self.failures.get(("nvmlDeviceGetHandleByIndex", index))
+        if planted is not None:
+            raise planted
         return self.devices[index]
 
+    @_per_device
     def nvmlDeviceGetName(self, handle: FakeDevice) -> str:
         return handle.name
 
+    @_per_device
     def nvmlDeviceGetUUID(self, handle: FakeDevice) -> str:
         return handle.uuid
 
+    @_per_device
     def nvmlDeviceGetCudaComputeCapability(self, handle: FakeDevice) -> tuple[int, int]:
         return handle.capability
 
+    @_per_device
     def nvmlDeviceGetMemoryInfo(self, handle: FakeDevice) -> SimpleNamespace:
         used = sum(v or 0 for v in handle.processes.values()) + handle.other_used
         return SimpleNamespace(total=handle.memory_total, used=used, free=handle.memory_total - used)
 
+    @_per_device
     def nvmlDeviceGetPciInfo(self, handle: FakeDevice) -> SimpleNamespace:
         return SimpleNamespace(busId=handle.bus_id)
 
+    @_per_device
     def nvmlDeviceGetUtilizationRates(self, handle: FakeDevice) -> SimpleNamespace:
         return SimpleNamespace(gpu=handle.utilization, memory=0)
 
+    @_per_device
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in handle.processes.items()]
 
+    @_per_device
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeDevice) -> list[SimpleNamespace]:
-        return []
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in handle.graphics.items()]
 
+    @_per_device
     def nvmlDeviceGetNvLinkState(self, handle: FakeDevice, link: int) -> int:
         if not handle.nvlinks:
             raise NVMLError_NotSupported("Not Supported")
@@ -157,9 +227,11 @@ class FakeNvml:
             raise NVMLError_InvalidArgument("Invalid Argument")
         return 1
 
+    @_per_device
     def nvmlDeviceGetP2PStatus(self, a: FakeDevice, b: FakeDevice, index: int) -> int:
         return self.p2p.get((self.devices.index(a), self.devices.index(b)), 0)
 
+    @_per_device
     def nvmlDeviceGetTopologyCommonAncestor(self, a: FakeDevice, b: FakeDevice) -> int:
         return self.topology.get((self.devices.index(a), self.devices.index(b)), 30)
 

@@ -3,8 +3,10 @@ own clock through the real watcher, tracker, verdict and first-token code.
 
 A scenario file (kit/scenarios/*.toml, docs/scenarios.md) says when the server wrote what (SGLang's
 own wording for the release it names; `\\r` progress included), how busy its processes were (CPU
-cores, disk and network rates, GPU memory and utilisation per scheduler), when it stopped or
-restarted, how its first streamed chat answer looks, and the verdict the kit must reach.
+cores, disk and network rates, GPU memory and utilisation per scheduler, compile-cache writes and
+compiler processes), when it stopped or restarted, how its first streamed chat answer looks, and
+the verdict the kit must reach. Every entry names its `source`: the public log, issue or release
+file its log block and activity shape come from.
 `ReplaySource` turns that into a watcher `Source`: bytes through the same line splitter as a
 container's output, counters integrated up to the sample time, GPU readings through the kit's real
 NVML code over a fake NVML library, and an httpx MockTransport for the first token.
@@ -27,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from kit.errors import InputError
 from kit.logs import ActivitySample
 from kit.runtime.nvml import NvmlGpus, open_nvml
-from kit.runtime.source import LineSplitter, ProcessStack, SourceState
+from kit.runtime.source import LineSplitter, ProcessStack, SourceState, read_gpu_usage
 from kit.scenarios.fake_nvml import FakeNvml
 
 GiB = 1 << 30
@@ -67,8 +69,12 @@ class At(_Strict):
     gpu_mem_gib: float | None = Field(default=None, ge=0)  # per scheduler process, from t on
     gpu_mem_gib_s: float | None = Field(default=None, ge=0)  # growth per scheduler process
     gpu_util: int | None = Field(default=None, ge=0, le=100)
+    rank_cores: tuple[float, ...] | None = None  # busy cores per scheduler (TP0, TP1, ...), from t on
+    compile_mb_s: float | None = Field(default=None, ge=0)  # bytes written into the compile caches
+    compilers: int | None = Field(default=None, ge=0)  # compiler processes alive (nvcc, ptxas, ...)
     exit_code: int | None = None  # the server stops
     start: bool = False  # the server runs again (after exit_code; a supervisor restarted it)
+    source: str = Field(min_length=8)  # where this log block and activity shape come from
 
 
 class Gpus(_Strict):
@@ -91,6 +97,9 @@ class Expect(_Strict):
     within_s: float = 5.0  # HUNG: the verdict comes at most this long after quiet_from + the stall window
     stuck: tuple[str, ...] | None = None
     causes_first: tuple[str, ...] = ()  # cause ids that must lead the likely causes (in any order)
+    causes_absent: tuple[str, ...] = ()  # cause ids that must not be offered at all
+    activity: Literal["quiet", "spinning"] | None = None  # the shape the verdict's activity must have
+    survived: int | None = None  # how many errors the server must be seen to go on after
     first_token_in: str | None = None
     phases_s: dict[str, tuple[float, float]] = {}  # phase -> (min, max) seconds the timeline must show
     attempt: int | None = None
@@ -126,6 +135,9 @@ class Scenario(_Strict):
             raise ValueError("an `at` entry lies after duration_s")
         if self.gpus.count and self.gpus.count < self.ranks:
             raise ValueError("fewer GPUs than ranks")
+        for entry in self.at:
+            if entry.rank_cores is not None and len(entry.rank_cores) != self.ranks:
+                raise ValueError(f"`at` t={entry.t:g}: rank_cores needs one figure per rank ({self.ranks})")
         return self
 
     def wall(self, t: float) -> str:
@@ -328,17 +340,31 @@ class ReplaySource:
             running=running, exit_code=code, restarts=restarts, restart_policy=self.scenario.restart_policy
         )
 
+    def _rank_cpu(self, t: float) -> tuple[tuple[str, float], ...]:
+        """CPU seconds per rank where the scenario says how busy each scheduler was."""
+        if not any(entry.rank_cores is not None for entry in self.scenario.at):
+            return ()
+        totals = [0.0] * self.scenario.ranks
+        cores, since = [0.0] * self.scenario.ranks, 0.0
+        for entry in self.scenario.at:
+            if entry.t > t:
+                break
+            if entry.rank_cores is not None:
+                totals = [total + c * (entry.t - since) for total, c in zip(totals, cores, strict=True)]
+                cores, since = list(entry.rank_cores), entry.t
+        totals = [total + c * (t - since) for total, c in zip(totals, cores, strict=True)]
+        return tuple((f"TP{rank}", round(total, 3)) for rank, total in enumerate(totals))
+
     def sample(self, t: float) -> ActivitySample | None:
         scenario = self.scenario
-        gpu_mem, gpu_util = None, ()
+        gpu_mem, gpu_util, gpu_error = None, (), None
         if self._nvml is not None and self._gpus is not None:
             per_rank = _gpu_mem_bytes(scenario, t)
             util = int(_level(scenario, "gpu_util", t)[0])
             for rank in range(scenario.ranks):
                 self._nvml.set_process(rank, _FIRST_RANK_PID + rank, per_rank)
                 self._nvml.set_utilization(rank, util)
-            usage = self._gpus.usage(self.pids)
-            gpu_mem, gpu_util = usage.memory_bytes, usage.utilization
+            gpu_mem, gpu_util, gpu_error = read_gpu_usage(self._gpus, self.pids)
         return ActivitySample(
             t=t,
             cpu_seconds=_integral(scenario, "cpu_cores", t),
@@ -346,6 +372,10 @@ class ReplaySource:
             net_rx_bytes=int(_integral(scenario, "net_mb_s", t) * MB),
             gpu_mem_bytes=gpu_mem,
             gpu_util=gpu_util,
+            compile_bytes=int(_integral(scenario, "compile_mb_s", t) * MB),
+            compilers=int(_level(scenario, "compilers", t)[0]),
+            rank_cpu_seconds=self._rank_cpu(t),
+            gpu_error=gpu_error,
         )
 
     def stacks(self, want=lambda title: True) -> list[ProcessStack]:

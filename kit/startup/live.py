@@ -17,6 +17,7 @@ _PHASE_STYLE = {
     "init": "cyan",
     "load": "blue",
     "memory": "magenta",
+    "autotune": "bright_magenta",
     "capture": "yellow",
     "warmup": "green",
     "serving": "bold green",
@@ -46,6 +47,10 @@ def _activity(progress: Progress) -> str:
     if sample.gpu_mem_bytes is not None:
         util = "/".join("-" if u is None else str(u) for u in sample.gpu_util) or "-"
         parts.append(f"gpu mem {sample.gpu_mem_bytes / (1 << 30):.1f} GiB util {util} %")
+    if sample.gpu_error:
+        parts.append("gpu unreadable")
+    if sample.compile_bytes or sample.compilers:
+        parts.append(f"compile {_mb(sample.compile_bytes)} {sample.compilers or 0} compilers")
     return "  ".join(parts)
 
 
@@ -197,6 +202,8 @@ class LiveView:
                     "net_rx_bytes": progress.sample.net_rx_bytes,
                     "gpu_mem_bytes": progress.sample.gpu_mem_bytes,
                     "gpu_util": list(progress.sample.gpu_util),
+                    "compile_bytes": progress.sample.compile_bytes,
+                    "compilers": progress.sample.compilers,
                     "last_line": _clip(progress.last_line, 200),
                 }
             )

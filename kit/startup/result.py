@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kit.diagnose.stacks import HangExplanation, RankStack
 from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
+from kit.logs.activity import ActivitySummary
 from kit.logs.causes import match_causes
 
 # The rank, span and cause rows are shared with `kit analyze` (one JSON shape, docs/schema/).
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
+from kit.logs.stacks import HangExplanation, RankStack
 from kit.runtime.nvml import GpuInventory
 
 __all__ = ["CauseRow", "RankRow", "SpanRow", "rank_rows", "span_rows"]
@@ -63,14 +64,20 @@ class UpResult:
     """With earlier attempts: `attempt 3 of 3; attempts 1-2 CRASHED in load`."""
     earlier_attempts: tuple[str, ...] = ()
     """How each earlier attempt ended, in order: `CRASHED in load`, `READY`, ..."""
-    """The host's GPUs as NVML saw them at the start (or why it could not look)."""
+    activity: ActivitySummary | None = None
+    """What the server's processes did over the last samples before the verdict (CPU per rank,
+    reads, GPU memory and utilisation, compile writes) and its shape (quiet, spinning)."""
+    survived_errors: tuple[str, ...] = ()
+    """Errors the server logged and went on after: evidence, never the verdict."""
+    gpu_error: str | None = None
+    """Why NVML could not read the GPUs during the watch (a GPU lost): a fact, not a traceback."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
     return tuple(StackRow(s.rank, s.pid, s.kind.value, s.where) for s in stacks.values())
 
 
-def hardware_evidence(gpus: GpuInventory | None) -> list[str]:
+def hardware_evidence(gpus: GpuInventory | None, tp: int = 1) -> list[str]:
     """What the GPUs themselves say about likely causes, as evidence lines (PCIe-only cards: P2P)."""
     if gpus is None or not gpus.devices:
         return []
@@ -80,6 +87,12 @@ def hardware_evidence(gpus: GpuInventory | None) -> list[str]:
     ]
     if gpus.count > 1 and not any(d.nvlinks for d in gpus.devices):
         lines.append("gpu link: PCIe, no NVLink (NCCL uses PCIe P2P or host shared memory)")
+        if tp > 2:
+            # SGLang's own rule (0.5.10.post1 and 0.5.23 custom_all_reduce_utils.py): custom
+            # all-reduce is off on more than two PCIe-only GPUs, so it cannot be the cause.
+            lines.append(
+                f"custom all-reduce: off (SGLang disables it on more than two PCIe-only GPUs; tp={tp})"
+            )
     return lines
 
 
@@ -90,15 +103,18 @@ def causes_for(
     device: str,
     gpus: GpuInventory | None = None,
 ) -> tuple[CauseRow, ...]:
-    """Likely causes ranked by the live evidence: the log's last lines, the exception, and where
-    each rank's stack waits."""
+    """Likely causes ranked by the live evidence: the log's last lines, the exception, where each
+    rank's stack waits, the GPUs' facts and the activity the verdict was reached on (its shape:
+    quiet ranks point at a rendezvous, spinning ones at a hung collective)."""
     if isinstance(verdict, Ready):
         return ()
+    activity = tracker.activity()
     outcome = "crashed" if isinstance(verdict, Crashed) else "hung"
     exception = getattr(verdict, "exception", None) or ""
     raised = "\n".join(
         [
             exception,
+            tracker.gpu_error or "",  # NVML's own error: as hard a fact as an exception
             *(str(e.fields.get("exception", "")) for e in tracker.recent_errors),
             *(str(e.fields.get("traceback", "")) for e in tracker.recent_errors),
         ]
@@ -107,7 +123,9 @@ def causes_for(
         [
             raised,
             *tracker.evidence(),
-            *hardware_evidence(gpus),
+            *hardware_evidence(gpus, tensor_parallel(tracker)),
+            activity.describe() if activity is not None else "",
+            f"gpu error: {tracker.gpu_error}" if tracker.gpu_error else "",
             *(s.where for s in stacks.values()),
             *(s.kind.value for s in stacks.values()),
             *(f"kind={e.fields['kind']}" for e in tracker.recent_errors if "kind" in e.fields),
@@ -116,7 +134,9 @@ def causes_for(
         ]
     )
     phase = getattr(verdict, "phase", None) or tracker.phase
-    rows = list(cause_rows(match_causes(outcome, phase, haystack, device=device, exception=raised)))
+    shape = activity.shape if activity is not None and not isinstance(verdict, Crashed) else None
+    matches = match_causes(outcome, phase, haystack, device=device, exception=raised, activity=shape)
+    rows = list(cause_rows(matches))
     if any(s.kind.value == "planted-fault" for s in stacks.values()):
         rows.insert(
             0,
@@ -131,6 +151,22 @@ def causes_for(
             ),
         )
     return tuple(rows)
+
+
+def tensor_parallel(tracker: Tracker) -> int:
+    """The TP size: from the launch's own arguments, else the expected ranks (plain TP)."""
+    if tracker.launch is not None:
+        return tracker.launch.tp
+    return tracker.limits.expected_ranks or 1
+
+
+def error_lines(tracker: Tracker, now: float, *, ended: bool = False) -> tuple[str, ...]:
+    """The errors the server went on after, one line each: rank, exception (or the line)."""
+    lines = []
+    for event in tracker.survived_errors(now, ended=ended):
+        what = event.fields.get("exception") or event.text.strip()
+        lines.append(f"{event.rank_label}: {what}"[:300])
+    return tuple(lines)
 
 
 def explain_ranks(
@@ -184,6 +220,12 @@ def verdict_lines(result: UpResult) -> list[str]:
     if result.verdict in ("hung", "deadline", "crashed") and result.evidence:
         lines.append("  last lines:")
         lines.extend(f"    {line[:160]}" for line in result.evidence[-6:])
+    if result.verdict != "ready" and result.activity is not None:
+        lines.append(f"  {result.activity.describe()}")
+    if result.gpu_error:
+        lines.append(f"  gpu: {result.gpu_error}")
+    for error in result.survived_errors[-3:]:
+        lines.append(f"  went on after: {error[:160]}")
     for cause in result.likely_causes[:4]:
         lines.append(f"  likely: {cause.title} - try: {'; '.join(cause.what_to_try[:2])}")
     if result.diagnostics:

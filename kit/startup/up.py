@@ -9,26 +9,28 @@ from collections.abc import Callable
 from docker.models.containers import Container
 
 from kit.diagnose.record import record_run
-from kit.diagnose.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
+from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token
-from kit.runtime.nvml import GpuInventory, open_nvml, read_inventory
+from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
 from kit.runtime.source import Source
 from kit.spec import LaunchSpec
 from kit.startup.result import (
     UpResult,
     causes_for,
+    error_lines,
     explain_ranks,
     rank_rows,
     span_rows,
     stack_rows,
     verdict_name,
 )
+from kit.startup.server import start_server
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -71,6 +73,9 @@ def _result(
         "waiting_ranks": waiting,
         "missing_ranks": missing,
         "likely_causes": causes_for(verdict, tracker, stacks, device, extra.get("gpus")),
+        "activity": tracker.activity(),
+        "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
+        "gpu_error": tracker.gpu_error,
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
@@ -166,7 +171,7 @@ def follow_container(
     inventory = gpus.inventory() if gpus is not None else read_inventory()
     source = DockerSource(container, gpus=gpus, port=spec.port)
     try:
-        return follow_source(
+        result = follow_source(
             source,
             spec,
             limits,
@@ -176,6 +181,8 @@ def follow_container(
             max_attempts=max_attempts,
             inventory=inventory,
         )
+        lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
+        return _replace(result, notes=(*result.notes, lost)) if lost else result
     finally:
         source.close()
         if gpus is not None:
@@ -200,7 +207,7 @@ def run_up(
 
     The container is removed on every path (verdict, error, Ctrl-C/SIGTERM) unless keep=True.
     """
-    server = runtime.start_server(spec, fault=fault, diagnose=True)
+    server = start_server(spec, fault=fault, diagnose=True)
     result: UpResult | None = None
     try:
         if on_start:

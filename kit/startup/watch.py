@@ -78,6 +78,11 @@ class Watcher:
         self._restart_policy: str | None = None
         self._down_since: float | None = None
         self._crash_held_since: float | None = None
+        # Restarts seen so far, and the attempt whose run a restart ended: the processes that
+        # printed its lines are gone, even if the next run's processes are already busy.
+        self._restarts_seen: int | None = None
+        self._attempt_at_state = 1  # the attempt current when the state was last read
+        self._run_ended_for: int | None = None
         self.lines: deque[str] = deque(maxlen=keep_lines)
         self.line_count = 0
         self.sample_every_s = sample_every_s
@@ -122,6 +127,12 @@ class Watcher:
             self._next_sample = now + self.sample_every_s
             state = source.state()  # EnvironmentProblem if the engine is gone
             self._restart_policy = state.restart_policy
+            if self._restarts_seen is not None and state.restarts > self._restarts_seen:
+                # The run that was going at the last look ended; a new launch line already read
+                # belongs to the new run and opened its own attempt.
+                self._run_ended_for = self._attempt_at_state
+            self._restarts_seen = state.restarts
+            self._attempt_at_state = self.attempts.number
             if state.running:
                 self._down_since = None
                 sample = source.sample(now)
@@ -135,7 +146,10 @@ class Watcher:
                 tail = self.parser.flush()
                 self.attempts = self.attempts.observe_events(tail, now)
                 events.extend(tail)
-        verdict = self.attempts.verdict(now, ended=ended)
+        # A restart ended the current attempt's run although the container runs again: judge that
+        # attempt as ended (its next run's activity is not its life), until the next launch line.
+        run_ended = ended or self._run_ended_for == self.attempts.number
+        verdict = self.attempts.verdict(now, ended=run_ended)
         if isinstance(verdict, Crashed) and not ended and self._may_restart():
             # Its supervisor may start it again: the next attempt decides, not this one's crash
             # (the watch ends once the server stays down, or at the last allowed attempt). A server

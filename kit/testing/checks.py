@@ -16,6 +16,7 @@ from kit.logs import PhaseLimits
 from kit.runtime import http
 from kit.spec import LaunchSpec
 from kit.startup.result import UpResult
+from kit.testing.answers import PENALTIES, generate, judge_structured, structured_request
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,17 @@ WEATHER_TOOL = {
         "description": "The current weather in a city.",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"}},
+            # An enum: the rehearsal's random model, held to the tool's grammar, must still finish.
+            "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
             "required": ["city"],
         },
     },
 }
 
 
-def tool_call_request(model: str, max_tokens: int = 512) -> dict[str, Any]:
+def tool_call_request(model: str, max_tokens: int = 128) -> dict[str, Any]:
+    """128 tokens: a real model's call is about 30 (qwen3_coder's <tool_call><function=...> form); the
+    rehearsal's random model fills the budget, and what it wrote by then parses (0.5.23 CPU)."""
     return {
         "model": model,
         "messages": [
@@ -125,6 +129,9 @@ def tool_call_request(model: str, max_tokens: int = 512) -> dict[str, Any]:
         "temperature": 0,
         # Thinking would spend the token budget before the call; the parser is what is checked.
         "chat_template_kwargs": {"enable_thinking": False},
+        # The grammar allows whitespace around a value: a model that prefers it (the rehearsal's random
+        # one) would spend the budget there. A real model's call is the same few forced tokens.
+        **PENALTIES,
     }
 
 
@@ -152,18 +159,20 @@ def judge_tool_call(payload: dict[str, Any]) -> tuple[bool, str]:
 
 def tool_call_parsed(base_url: str, spec: LaunchSpec) -> CheckResult:
     """One tool call through /v1/chat/completions comes back as OpenAI tool_calls (the launch's
-    --tool-call-parser at work). GPU targets only: the CPU rehearsal's tiny model cannot call tools."""
+    --tool-call-parser at work; tool_choice=required holds the model to the tool's grammar, so the
+    rehearsal's random model calls it too, on a start without its reasoning parser)."""
     name = "tool call parsed"
     if "--tool-call-parser" not in spec.argv:
         return CheckResult(
             name, False, "the launch sets no --tool-call-parser (the profile's tool_call_parser)"
         )
-    limit = spec.timing.deadlines["first_token"] + 60.0
+    limit = spec.timing.deadlines["first_token"] + 120.0
     try:
         # The runtime's HTTP helpers stream; this one call wants the whole JSON answer.
         answer = httpx.post(
             f"{base_url}/v1/chat/completions",
             json=tool_call_request(spec.model_path),
+            headers=_auth(spec),
             timeout=httpx.Timeout(limit, connect=10.0),
         )
         answer.raise_for_status()
@@ -172,6 +181,25 @@ def tool_call_parsed(base_url: str, spec: LaunchSpec) -> CheckResult:
         return CheckResult(name, False, f"/v1/chat/completions: {type(exc).__name__}: {exc}", None, limit)
     ok, detail = judge_tool_call(payload)
     return CheckResult(name, ok, detail, answer.elapsed.total_seconds(), limit)
+
+
+def _auth(spec: LaunchSpec) -> dict[str, str]:
+    key = api_key_from_env(spec)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def structured_output(base_url: str, spec: LaunchSpec) -> CheckResult:
+    """One JSON-schema request (native /generate, greedy): the answer parses and holds to the schema.
+    Under MTP on hybrid GDN models such a request killed every TP rank (sglang#28407): the serving
+    window after it sees that."""
+    name = "structured output (JSON schema)"
+    limit = spec.timing.deadlines["first_token"] + 120.0
+    try:
+        answer = generate(base_url, spec, structured_request(), limit)
+    except CheckFailed as exc:
+        return CheckResult(name, False, exc.one_line(), None, limit)
+    ok, detail = judge_structured(answer.text, answer.meta.get("finish_reason"))
+    return CheckResult(name, ok, detail, answer.seconds, limit)
 
 
 def planted_hang_named(result: UpResult, limits: PhaseLimits, slack_s: float = 5.0) -> CheckResult:

@@ -11,14 +11,23 @@ Options
     `kit validate` rejects), --kit-require-gpu (or KIT_REQUIRE_GPU=1: a skipped `gpu` test fails,
     so a GPU runner cannot go green having tested nothing)
 Markers
-    docker (needs an engine) and gpu (needs NVIDIA GPUs): tests skip with a reason naming what is
-    missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
+    docker (needs an engine), gpu (needs NVIDIA GPUs) and full_model (needs NVIDIA GPUs and a production
+    model's weights in the HF cache: the nightly GPU workflow's tests): tests skip with a reason naming
+    what is missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
     durations and first-token times become JUnit properties.
+
+The plugin waits to be asked: it is loaded in every pytest session of an environment where the kit
+is installed (entry point `kit`), so until a test of this session uses a kit fixture or a `docker`
+/ `gpu` marker it touches no Docker engine, pulls nothing and sets no process-wide variable. A
+marker asks the engine whether it answers (for the skip reason); a kit fixture, just before its
+first container, decides about the reaper; the end-of-session cleanup runs only in a session whose
+fixtures started containers.
 
 Containers carry the label io.kit.session=<this run> and are removed by label at the end. On top,
 testcontainers' Ryuk reaper (which also removes them if pytest itself is killed) stays on wherever its
-image is present or can be pulled; where no registry answers it is switched off, and the label
-cleanup is what remains. TESTCONTAINERS_RYUK_DISABLED set by you always wins.
+image is present or can be pulled; where no registry answers it is switched off for this process
+(testcontainers' own setting, not an environment variable), and the label cleanup is what remains.
+TESTCONTAINERS_RYUK_DISABLED (or ryuk.disabled in ~/.testcontainers.properties) set by you always wins.
 """
 
 from __future__ import annotations
@@ -52,11 +61,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Set by a kit fixture just before its first container: the session's cleanup and the reaper
+# decision are owed only then. Nothing else may act at configure time (see the module's doc).
+_STARTED = pytest.StashKey[bool]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs a running Docker engine")
     config.addinivalue_line("markers", "gpu: needs NVIDIA GPUs (and the GPU image)")
-    if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
-        os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "false" if ryuk_available() else "true"
+    config.addinivalue_line(
+        "markers", "full_model: needs NVIDIA GPUs and a production model's weights (the nightly workflow)"
+    )
+
+
+def needs_gpu(item: pytest.Item) -> bool:
+    """gpu or full_model: skips without GPUs, and fails that way under --kit-require-gpu."""
+    return bool(item.get_closest_marker("gpu") or item.get_closest_marker("full_model"))
+
+
+def _engage(config: pytest.Config) -> None:
+    """Once per session, before the first container a kit fixture starts: keep testcontainers'
+    reaper where it can run, else switch it off for this process. The user's own setting wins."""
+    if config.stash.get(_STARTED, False):
+        return
+    config.stash[_STARTED] = True
+    from testcontainers.core.config import testcontainers_config
+
+    if "TESTCONTAINERS_RYUK_DISABLED" in os.environ or "ryuk.disabled" in testcontainers_config.tc_properties:
+        return
+    testcontainers_config.ryuk_disabled = not ryuk_available()
 
 
 def ryuk_available() -> bool:
@@ -99,11 +132,11 @@ def gpu_missing() -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before fixtures start containers
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("gpu"):
+    if needs_gpu(item):
         reason = gpu_missing()
         if reason:
             pytest.skip(reason)
-    if item.get_closest_marker("docker") or item.get_closest_marker("gpu"):
+    if item.get_closest_marker("docker") or needs_gpu(item):
         reason = docker_missing()
         if reason:
             pytest.skip(reason)
@@ -130,19 +163,21 @@ class KitServer:
         return logs_text(self.container.get_wrapped_container(), tail=tail)
 
 
-def _resolve(config: pytest.Config, target: str | None):
+def _resolve(config: pytest.Config, param):
+    """param: a target name, or (target, overrides) for a start with --set overrides of its own."""
     from kit.errors import InputError
     from kit.model import require_model
     from kit.runtime.engine import image_exists
     from kit.startup import limits_from_spec, parse_limit_overrides
     from kit.startup.prepare import prepare_launch
 
+    target, own = (param[0], tuple(param[1])) if isinstance(param, tuple | list) else (param, ())
     target = target or config.getoption("--kit-target") or "tiny"
     try:
         spec = prepare_launch(
             target,
             image=config.getoption("--kit-image"),
-            overrides=config.getoption("--kit-set"),
+            overrides=(*config.getoption("--kit-set"), *own),
             validate=not config.getoption("--kit-no-validate"),
         )
     except InputError as exc:  # a launch SGLang would refuse: no container, one line
@@ -164,6 +199,7 @@ def _resolve(config: pytest.Config, target: str | None):
 def _start(config: pytest.Config, spec, limits, *, fault: str | None, expect_ready: bool):
     from kit.testing.containers import KitStartupFailed, KitStartupWaitStrategy, kit_container
 
+    _engage(config)
     strategy = KitStartupWaitStrategy(spec, limits, expect_ready=expect_ready)
     container = kit_container(spec, session=_SESSION, fault=fault).waiting_for(strategy)
     try:
@@ -263,7 +299,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 item.user_properties.append((f"kit.{name}", value))
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and item.get_closest_marker("gpu") and item.config.getoption("--kit-require-gpu"):
+    if report.skipped and needs_gpu(item) and item.config.getoption("--kit-require-gpu"):
         report.outcome = "failed"
         report.longrepr = f"a gpu test skipped under --kit-require-gpu: {skip_reason(report)}"
     if report.failed and call.when == "call":
@@ -272,7 +308,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Remove what this run started, by label, even after a crash mid-test."""
+    """Remove what this run started, by label, even after a crash mid-test. A session whose kit
+    fixtures started nothing has nothing to remove and asks the engine nothing."""
+    if not session.config.stash.get(_STARTED, False):
+        return
     if session.config.getoption("--kit-keep", default=False) or docker_missing():
         return
     from kit.runtime.server import kit_containers, remove

@@ -1,7 +1,10 @@
 """`kit smoke TARGET`: the smoke suite's checks from the command line, on one server start.
 
-Same check functions as tests/smoke (kit.testing.checks); the planted-fault checks run only where
-the fault switch exists (the CPU rehearsal image).
+Same check functions as tests/smoke (kit.testing.checks, speculative, serving): init and first token
+within deadlines, health, repeatable greedy answers, one structured-output request, one tool call;
+for a speculative profile its greedy answer against the reference profile's and SGLang's acceptance
+length against the floor; a serving window last. The planted-fault checks run only where the fault
+switch exists (the CPU rehearsal image).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from kit.logs import PhaseLimits
 from kit.runtime import server as runtime
 from kit.spec import LaunchSpec
 from kit.startup.result import UpResult
+from kit.startup.server import start_server
 from kit.startup.up import follow_container, run_up
-from kit.testing import checks
+from kit.testing import checks, serving, speculative
 from kit.testing.checks import CheckResult
 
 
@@ -25,6 +29,7 @@ class SmokeReport:
     image: str
     startup: str
     checks: tuple[CheckResult, ...]
+    startup_exit_code: int = int(ExitCode.OK)  # the start's verdict, as `kit up` exits on it
 
     @property
     def ok(self) -> bool:
@@ -32,25 +37,38 @@ class SmokeReport:
 
     @property
     def exit_code(self) -> int:
+        """As `kit up`: a start that did not reach READY exits with its verdict (CRASHED 1, HUNG 4,
+        DEADLINE 5); after READY, any failed check is FAILED (1)."""
+        if self.startup_exit_code != ExitCode.OK:
+            return int(self.startup_exit_code)
         return int(ExitCode.OK if self.ok else ExitCode.FAILED)
 
 
-def _serving_checks(result: UpResult, spec: LaunchSpec, url: str) -> list[CheckResult]:
-    found = [checks.init_within_deadline(result, spec)]
+def _not_ready(result: UpResult) -> CheckResult:
+    return CheckResult("server ready", False, f"{result.verdict} in {result.phase}: {result.exception or ''}")
+
+
+def _serving_checks(result: UpResult, spec: LaunchSpec, url: str, container, *, tool_call: bool, add) -> None:
+    """The checks of one started server, in order, each reported as it ends (`add`)."""
+    add([checks.init_within_deadline(result, spec)])
     if result.verdict != "ready":
-        found.append(
-            CheckResult(
-                "server ready", False, f"{result.verdict} in {result.phase}: {result.exception or ''}"
-            )
-        )
-        return found
-    found += [
-        checks.first_token_chat(url, spec),
-        checks.first_token_generate(url, spec),
-        checks.health_generate(url, spec),
-        checks.greedy_repeatable(url, spec),
-    ]
-    return found
+        add([_not_ready(result)])
+        return
+    for check in (
+        checks.first_token_chat,
+        checks.first_token_generate,
+        checks.health_generate,
+        checks.greedy_repeatable,
+        checks.structured_output,
+    ):
+        add([check(url, spec)])
+    if tool_call:
+        add([checks.tool_call_parsed(url, spec)])
+    if speculative.references_wanted(spec):
+        add([speculative.greedy_reference_recorded(url, spec)])
+    if speculative.is_speculative(spec):
+        add([speculative.greedy_matches_reference(url, spec), speculative.accept_length(url, spec)])
+    add([serving.serving_window(url, spec, container)])  # last: it watches for a crash after the rest
 
 
 def run_smoke(
@@ -59,7 +77,12 @@ def run_smoke(
     *,
     faults: bool = True,
     on_check: Callable[[CheckResult], None] | None = None,
+    tool_spec: LaunchSpec | None = None,
+    fault: str | None = None,
 ) -> SmokeReport:
+    """Start SPEC once and run its checks; `tool_spec` (the profile's smoke.tool_call_overrides) gets a
+    start of its own for the tool call; on the CPU rehearsal, planted faults last. `fault` (test-only,
+    CPU rehearsal) is planted in the first start."""
     results: list[CheckResult] = []
 
     def add(found: list[CheckResult]) -> None:
@@ -68,15 +91,30 @@ def run_smoke(
             if on_check:
                 on_check(check)
 
-    server = runtime.start_server(spec, diagnose=True)
+    server = start_server(spec, fault=fault, diagnose=True)
     try:
         up = follow_container(server.container, spec, limits, session=server.session, first_token=False)
-        add(_serving_checks(up, spec, server.url))
+        _serving_checks(up, spec, server.url, server.container, tool_call=tool_spec is None, add=add)
     finally:
         runtime.remove(server.container)  # raises a KitError naming the container if it cannot
+    if tool_spec is not None and up.verdict == "ready":
+        tools = runtime.start_server(tool_spec, diagnose=True)
+        try:
+            ready = follow_container(
+                tools.container, tool_spec, limits, session=tools.session, first_token=False
+            )
+            add(
+                [
+                    checks.tool_call_parsed(tools.url, tool_spec)
+                    if ready.verdict == "ready"
+                    else _not_ready(ready)
+                ]
+            )
+        finally:
+            runtime.remove(tools.container)
     if faults and spec.device == "cpu":
         hang = run_up(spec, limits, fault="hang-init:rank=1", first_token=False)
         add([checks.planted_hang_named(hang, limits)])
         crash = run_up(spec, limits, fault="crash-load:rank=1", first_token=False)
         add([checks.planted_crash_named(crash)])
-    return SmokeReport(spec.target, spec.image, up.verdict, tuple(results))
+    return SmokeReport(spec.target, spec.image, up.verdict, tuple(results), startup_exit_code=up.exit_code)

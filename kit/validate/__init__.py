@@ -118,7 +118,7 @@ def _parallel_findings(r: Resolved) -> list[Finding]:
             )
         )
     if r.spec.device == "cuda":
-        per_node = r.target_def.gpus
+        per_node = r.spec.gpus
         if tp != per_node * r.profile.nnodes:
             where = f"{per_node} GPUs" + (f" x {r.profile.nnodes} nodes" if r.profile.nnodes > 1 else "")
             found.append(

@@ -82,3 +82,59 @@ def run_kit(*argv: str) -> subprocess.CompletedProcess:
     code = info.value.code
     code = code if isinstance(code, int) else (0 if code is None else 1)
     return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
+REHEARSAL_TAG = "kit/sglang:sglang-0.5.23-cpu"
+REHEARSAL_ID = "sha256:" + "ab" * 32
+KIT_LABELS = {"io.kit.image": "sglang-0.5.23-cpu", "io.kit.managed": "image"}
+
+
+def crafted_bundle(
+    path: Path,
+    *,
+    argv: list[str] | None = None,
+    env: dict | None = None,
+    launch: dict | None = None,
+    container: dict | None = None,
+    image: dict | None = None,
+    summary: str | None = None,
+    overrides: tuple[str, ...] = (),
+    stall_init: float = 8,
+) -> Path:
+    """A bundle of the rehearsal target whose fingerprint's launch was edited by hand the way the
+    issue's colleague did it: member checksums recomputed, so it reads as valid.
+
+    argv replaces the launch's, env is added to the target's own (masked as the kit masks it: the
+    secret names kept in launch.secrets);
+    launch and container update those sections key by key; summary replaces summary.md."""
+    import hashlib
+    import json
+
+    from kit.diagnose import facts
+    from kit.diagnose.bundle import build_members, write_bundle
+    from kit.diagnose.redact import Redactor
+    from kit.launch import resolve
+    from kit.logs.limits import limits_from_spec
+
+    spec = resolve("tiny", overrides=list(overrides))
+    limits = limits_from_spec(spec, stall_windows={"init": stall_init})
+    if argv is not None:
+        spec = spec.model_copy(update={"argv": tuple(argv)})
+    section = facts.launch_of_spec(spec, limits, env if env is not None else {}, "crafted")
+    section["container"] = {**section["container"], **(container or {})}
+    section.update(launch or {})
+    fingerprint = {
+        "format": 1,
+        "image": image
+        if image is not None
+        else {"name": "sglang-0.5.23-cpu", "tag": REHEARSAL_TAG, "id": REHEARSAL_ID},
+        "launch": section,
+    }
+    bundle = hung_input(fingerprint=fingerprint)
+    members = build_members(bundle, Redactor.for_launch(env or {}, list(spec.argv)))
+    if summary is not None:
+        members["summary.md"] = summary.encode()
+        meta = json.loads(members["bundle.json"])
+        meta["members"]["summary.md"] = {"sha256": hashlib.sha256(members["summary.md"]).hexdigest()}
+        members["bundle.json"] = json.dumps(meta).encode()
+    return write_bundle(path, bundle.name, members)

@@ -4,8 +4,7 @@ Four container runs in all (each ~40-90 s on the 2-core CI machine): kit up with
 hang, its replay, its replay with the fault removed, and a hand-started container (docker run, no kit
 labels) followed by kit watch, then replayed. Stall windows are shortened with --stall init=10 (the
 replays inherit them from the bundles, as they must). Each test removes exactly the containers it
-started: the kit's by the session labels created during the test, the hand-started one by its own
-test label.
+started: the kit's by the label KIT_RUN_LABELS puts on them, the hand-started one by its own.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from bundle_helpers import FIXTURES
 
 from kit.diagnose.bundle import read_bundle
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+from kit.runtime.engine import client, image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
@@ -39,13 +38,18 @@ def _rehearsal_image():
         pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
 
 
+# Every kit command of this module runs with KIT_RUN_LABELS naming this label, so the containers it
+# starts carry it: the engine is shared with other people's servers, which these tests never touch.
+RUN_MARK = uuid.uuid4().hex[:8]
+
+
 def _servers() -> list:
-    return client().containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=server"})
+    return client().containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN_MARK}"})
 
 
 @pytest.fixture
 def new_servers():
-    """The kit's server containers created since the test began; removed afterwards (only those)."""
+    """The kit's server containers this test started (by this module's label); removed afterwards."""
     before = {c.id for c in _servers()}
 
     def created_since() -> list:
@@ -63,7 +67,7 @@ def kit(*args: str, env: dict | None = None, timeout: float = 400) -> tuple[int,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "KIT_RUN_LABELS": f"{TEST_LABEL}={RUN_MARK}", **(env or {})},
     )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     results = [line for line in lines if line.get("type") == "result"]
@@ -169,7 +173,11 @@ def test_a_hand_started_hang_followed_by_kit_watch_is_bundled_without_secrets_an
         for path in Path(watched["diagnostics"]).rglob("*"):
             assert not path.is_file() or secret.encode() not in path.read_bytes()
 
-    code, replay, output = kit("repro", str(bundle_path), env={"HF_TOKEN": token})
+    # A colleague's own wrapper is not the kit's: it runs with --trust-bundle, and HF_TOKEN (which tiny
+    # does not pass itself) only because it is named.
+    code, replay, output = kit(
+        "repro", str(bundle_path), "--trust-bundle", "--pass-env", "HF_TOKEN", env={"HF_TOKEN": token}
+    )
     assert code == 4, output[-3000:]
     assert replay["repro"]["reproduced"] is True, replay["repro"]
     assert not any("HF_TOKEN" in note for note in replay["repro"]["notes"])  # taken from here, by name

@@ -9,10 +9,11 @@ from bundle_helpers import HUNG_RESULT, hung_input
 from kit.diagnose import facts
 from kit.diagnose.bundle import build_members, read_bundle, write_bundle
 from kit.diagnose.redact import MASK, Redactor
-from kit.diagnose.repro import compare, find_image, patch_argv, plan_replay
+from kit.diagnose.replay_launch import patch_argv
+from kit.diagnose.repro import compare, find_image, plan_replay
 from kit.errors import EnvironmentProblem, ExitCode
 from kit.launch import resolve
-from kit.startup.limits import limits_from_spec
+from kit.logs.limits import limits_from_spec
 
 TAG = "kit/sglang:sglang-0.5.23-cpu"
 ID = "sha256:" + "ab" * 32
@@ -68,33 +69,48 @@ def test_a_missing_image_is_exit_3_with_the_exact_build_command():
     assert "run 'kit image build sglang-0.5.23-cpu'" in caught.value.one_line()
 
 
+LABELS = {"io.kit.image": "sglang-0.5.23-cpu", "io.kit.managed": "image"}
+
+
+def plan_of(bundle, sets=(), **kwargs):
+    kwargs.setdefault("environ", {})
+    return plan_replay(
+        bundle, sets, image_id_of=ids(**{TAG: ID}), image_labels_of=lambda ref: LABELS, **kwargs
+    )
+
+
 def test_the_replay_has_the_bundles_argv_environment_and_limits(tmp_path):
     bundle = a_bundle(tmp_path)
-    plan = plan_replay(bundle, image_id_of=ids(**{TAG: ID}), environ={"HF_TOKEN": "hf_here"})
+    plan = plan_of(bundle, environ={"HF_TOKEN": "hf_here"})
     spec = plan.spec
-    assert plan.image_ref == TAG and plan.image_note is None
+    assert plan.image_ref == TAG and plan.image_note is None and plan.image_id == ID
     assert spec.env["KIT_FAULT"] == "hang-init:rank=1"
-    assert "HF_TOKEN" not in spec.env and "HF_TOKEN" in spec.pass_env  # read here, by name, at start
     assert spec.argv[:3] == ("python", "-m", "sglang.launch_server")
     key = spec.argv[spec.argv.index("--api-key") + 1]
     assert key not in (API_KEY, MASK) and len(key) >= 24  # masked in the bundle: a fresh one
     assert plan.limits.stall_window_s.init == 8  # the bundle's limits, not the catalog's 20 s
-    assert plan.changes == ()
+    assert plan.changes == () and plan.refused == () and plan.no_effect == ()
     assert any("--api-key" in n for n in plan.notes)
 
 
-def test_a_secret_missing_here_is_named(tmp_path):
-    plan = plan_replay(a_bundle(tmp_path), image_id_of=ids(**{TAG: ID}), environ={})
-    assert "HF_TOKEN: set in the bundle's launch, not set here (the replay runs without it)" in plan.notes
+def test_a_secret_name_of_the_bundle_is_passed_only_with_consent(tmp_path):
+    bundle = a_bundle(tmp_path)
+    # tiny passes no secret of its own (pass_env = []): the bundle's HF_TOKEN is listed, not passed.
+    plan = plan_of(bundle, environ={"HF_TOKEN": "hf_here"})
+    assert "HF_TOKEN" not in plan.spec.env and plan.spec.pass_env == ()
+    assert plan.withheld == ("HF_TOKEN",)
+    named = plan_of(bundle, environ={"HF_TOKEN": "hf_here"}, pass_env=("HF_TOKEN",))
+    assert named.spec.pass_env == ("HF_TOKEN",) and named.withheld == ()  # read here, by name, at start
+    assert "HF_TOKEN" not in named.spec.env
+
+
+def test_a_passed_secret_missing_here_is_named(tmp_path):
+    plan = plan_of(a_bundle(tmp_path), pass_env=("HF_TOKEN",))
+    assert "HF_TOKEN: passed by name, not set here (the replay runs without it)" in plan.notes
 
 
 def test_set_env_changes_and_removes_variables_of_the_replay(tmp_path):
-    plan = plan_replay(
-        a_bundle(tmp_path),
-        ["env.KIT_FAULT=none", "env.NCCL_P2P_DISABLE=1"],
-        image_id_of=ids(**{TAG: ID}),
-        environ={},
-    )
+    plan = plan_of(a_bundle(tmp_path), ["env.KIT_FAULT=none", "env.NCCL_P2P_DISABLE=1"])
     assert "KIT_FAULT" not in plan.spec.env and plan.spec.env["NCCL_P2P_DISABLE"] == "1"
     assert plan.changes == (
         "env KIT_FAULT: hang-init:rank=1 -> (unset)",
@@ -103,13 +119,11 @@ def test_set_env_changes_and_removes_variables_of_the_replay(tmp_path):
     assert ("override: env.KIT_FAULT=none") in plan.spec.notes  # the replay's own bundle records it
 
 
-def test_set_of_a_profile_key_changes_what_it_changes_in_the_catalogs_launch(tmp_path):
-    plan = plan_replay(
-        a_bundle(tmp_path), ["max_total_tokens=32768"], image_id_of=ids(**{TAG: ID}), environ={}
-    )
+def test_set_of_a_profile_key_changes_the_bundles_own_flag(tmp_path):
+    plan = plan_of(a_bundle(tmp_path), ["max_total_tokens=32768"])
     argv = plan.spec.argv
     assert argv[argv.index("--max-total-tokens") + 1] == "32768"
-    assert plan.changes == ("argv: 65536 -> 32768",)
+    assert plan.changes == ("argv: --max-total-tokens 65536 -> 32768",)
     assert "--api-key" in argv  # a flag only the bundle's launch had is kept
 
 
@@ -125,7 +139,7 @@ def test_patching_argv_replaces_adds_and_removes_flags_and_keeps_the_rest():
 
 def test_recorded_overrides_are_replayed(tmp_path):
     bundle = a_bundle(tmp_path, overrides=["max_total_tokens=16384"])
-    plan = plan_replay(bundle, image_id_of=ids(**{TAG: ID}), environ={})
+    plan = plan_of(bundle)
     assert plan.spec.argv[plan.spec.argv.index("--max-total-tokens") + 1] == "16384"
     assert "override: max_total_tokens=16384" in plan.spec.notes
 

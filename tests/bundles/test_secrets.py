@@ -16,8 +16,8 @@ from bundle_helpers import FIXTURES
 
 from kit.diagnose.bundle import read_bundle
 from kit.launch import resolve
+from kit.logs.limits import limits_from_spec
 from kit.scenarios.replay import ReplaySource, Scenario
-from kit.startup.limits import limits_from_spec
 from kit.startup.up import follow_source
 
 
@@ -49,8 +49,12 @@ def hung_scenario(log_lines: list[str]) -> Scenario:
                 "sglang::scheduler_TP1": (FIXTURES / "stacks" / "hang-init-12.txt").read_text(),
             },
             "at": [
-                {"t": 0, "log": "\n".join(log_lines) + "\n"},
-                {"t": 5, "log": "[{time} TP0] Init parallel begin.\n[{time} TP1] Init parallel begin.\n"},
+                {"t": 0, "log": "\n".join(log_lines) + "\n", "source": "this test: secrets in the log"},
+                {
+                    "t": 5,
+                    "log": "[{time} TP0] Init parallel begin.\n[{time} TP1] Init parallel begin.\n",
+                    "source": "sglang 0.5.23 parallel_state.py: the rank's init line",
+                },
             ],
         }
     )

@@ -29,9 +29,11 @@ def _error(root) -> str:
     return line
 
 
-def test_the_kits_catalog_loads_with_three_targets():
+def test_the_kits_catalog_loads_with_its_targets():
     catalog = load_catalog()
-    assert sorted(catalog.targets) == ["qwen-base", "qwen-mtp", "tiny"]
+    assert sorted(catalog.targets) == [
+        "qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen",
+    ]  # fmt: skip
     assert set(catalog.models["qwen3.5-122b-a10b"].profiles) == {"base", "mtp"}
     qwen = catalog.models["qwen3.5-122b-a10b"].facts
     assert (qwen.layers, qwen.full_attention_layers, qwen.attention_heads, qwen.kv_heads) == (48, 12, 32, 2)
@@ -99,6 +101,11 @@ def test_model_facts_errors(tmp_path):
         ),
         (lambda d: d["targets"]["tiny"].update(gpus=2), "targets.tiny.hardware: a target that asks for GPUs"),
         (lambda d: d["targets"]["tiny"].update(gpus=2, hardware="h100"), "unknown hardware 'h100'"),
+        (
+            lambda d: d["targets"]["tiny"].update(gpus="tp"),
+            "targets.tiny.hardware: a target that asks for GPUs",
+        ),
+        (lambda d: d["targets"]["tiny"].update(gpus="all"), "targets.tiny.gpus"),
         (lambda d: d["model"].update(name="other"), "model.name: 'other' differs from the file name"),
         (
             lambda d: d["model"].update(config_json="missing.json"),

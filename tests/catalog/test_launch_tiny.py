@@ -29,19 +29,25 @@ def test_tiny_spec_is_the_verified_rehearsal_launch():
     assert spec.env == {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
     assert spec.model_path == "/opt/kit/models/tiny"
     assert spec.timing.deadlines == {
-        "init": 60, "load": 120, "memory": 60, "capture": 60, "warmup": 120, "first_token": 30,
+        "init": 60, "load": 120, "memory": 60, "autotune": 60, "capture": 60, "warmup": 120,
+        "first_token": 30,
     }  # fmt: skip
-    assert spec.timing.stall_windows == {"init": 20, "load": 60, "memory": 30, "capture": 60, "warmup": 60}
+    assert spec.timing.stall_windows == {
+        "init": 20, "load": 60, "memory": 30, "autotune": 30, "capture": 60, "warmup": 60,
+    }  # fmt: skip
 
 
 def test_targets_are_listed():
-    assert list_targets() == ["qwen-base", "qwen-mtp", "tiny"]
+    assert list_targets() == [
+        "qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen",
+    ]  # fmt: skip
 
 
 def test_unknown_target_names_the_known_ones():
     with pytest.raises(InputError) as info:
         resolve("x")
-    assert info.value.one_line() == "target: unknown target 'x' (known targets: qwen-base, qwen-mtp, tiny)"
+    known = "qwen-base, qwen-mtp, qwen-tiny, qwen-tiny-mtp, tiny, tiny-qwen"
+    assert info.value.one_line() == f"target: unknown target 'x' (known targets: {known})"
 
 
 def test_overrides_reach_the_spec():

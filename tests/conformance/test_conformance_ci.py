@@ -29,17 +29,25 @@ def test_the_ci_subset_has_no_disagreement(capsys):
     report = run_matrix(releases=matrix.ci.releases, keys=matrix.ci.cells, jobs=2)
     seconds = time.monotonic() - started
     created = sum(report.setup_seconds.values())
+    n = report.counts()
     with capsys.disabled():
         print(
             f"\nconformance CI subset: {report.ran} cells on {len(report.releases)} releases "
             f"({', '.join(report.releases)}) in {seconds:.0f} s, "
-            f"of which {created:.0f} s creating check venvs; "
+            f"of which {created:.0f} s creating check venvs; {n['agree']} agree, "
+            f"{n['unverified']} unverified, {n['not run']} not run, "
             f"{len(report.disagreements)} disagreements"
         )
     assert report.ran >= len(matrix.ci.cells) * len(matrix.ci.releases)
     assert not report.disagreements, "\n".join(
         f"{o.release} {o.cell.key}: {o.detail}" for o in report.disagreements
     )
+    # Every CI cell's load stage runs here: a 'not run' means the driver lost the attention registry.
+    assert not report.having("not run"), "\n".join(
+        f"{o.release} {o.cell.key}: {o.detail}" for o in report.having("not run")
+    )
+    # Silence about an old variable is never counted as agreement.
+    assert all(o.status != "agree" or o.mark != "silent" for o in report.outcomes)
 
 
 PLANTED = """

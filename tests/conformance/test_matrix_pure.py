@@ -10,10 +10,10 @@ from kit.check.conformance import (
     Probe,
     Releases,
     Report,
-    _fate,
     cells_of,
     companion_cells,
     compare,
+    fate,
     kit_side,
     load_matrix,
     read_matrix_toml,
@@ -59,10 +59,39 @@ def test_compare_agrees_only_on_the_same_verdict_for_the_same_reason(errors, par
     assert (outcome.status, outcome.mark) == (status, mark)
 
 
-def test_a_load_rule_whose_stage_could_not_run_is_an_error_not_a_pass():
+def test_a_stage_that_did_not_run_is_not_run_never_agreement():
     parser = {"accepted": True, "load": {"ran": False, "why": "ImportError: x"}}
-    outcome = compare("0.5.9", CELL, _kit(_rule(stage="load")), parser)
-    assert outcome.status == "error" and "ImportError" in outcome.detail
+    # The kit claims a refusal at load, or claims nothing: either way the load stage decided nothing.
+    for kit in (_kit(_rule(stage="load")), _kit()):
+        outcome = compare("0.5.9", CELL, kit, parser)
+        assert (outcome.status, outcome.mark) == ("not run", "load not run")
+        assert "ImportError" in outcome.detail
+    assert "kit rule r is not checked" in compare("0.5.9", CELL, _kit(_rule(stage="load")), parser).detail
+    # A parser-stage rule against an accepting parser is a disagreement whatever the load stage did.
+    assert compare("0.5.9", CELL, _kit(_rule()), parser).status == "disagree"
+    # A companion the parser does not need may still be needed at load: not run, not 'not needed'.
+    cell = Cell("g", "qwen-base", (), without="sm120-hybrid-triton")
+    base = {"accepted": True, "load": {"ran": True, "accepted": True}}
+    assert compare("0.5.9", cell, _kit(expect="refused"), parser, base=base).status == "not run"
+
+
+def test_an_attribute_the_stand_in_runner_lacks_fails_the_cell():
+    parser = {"accepted": True, "load": {"ran": False, "why": "lacks x", "unknown": ["is_hybrid_swa"]}}
+    outcome = compare("0.5.23", CELL, _kit(), parser)
+    assert (outcome.status, outcome.mark) == ("error", "runner lacks is_hybrid_swa")
+    report = Report(outcomes=[outcome])
+    assert report.disagreements == [outcome]
+
+
+def test_the_stand_in_runner_raises_and_records_an_attribute_it_does_not_know():
+    from kit.check.driver import _Runner
+
+    runner = _Runner(object(), {"attention_backend": "triton"}, None, None)
+    assert runner.decode_attention_backend_str == "triton" and runner.unknown == []
+    with pytest.raises(AttributeError, match="no 'is_hybrid_swa'"):
+        runner.is_hybrid_swa  # noqa: B018 - the read is the test
+    assert getattr(runner, "spec_algorithm", None) is None and not hasattr(runner, "draft_model")
+    assert runner.unknown == ["is_hybrid_swa", "spec_algorithm", "draft_model"]
 
 
 def test_a_companion_is_needed_only_if_the_launch_without_it_is_refused():
@@ -98,7 +127,7 @@ def test_probes_hold_the_dialect_to_what_the_release_does_with_an_old_flag(expec
     assert compare("x", cell, _kit(expect=expect), parser).status == status
 
 
-def test_env_probes_tell_a_notice_from_silence():
+def test_env_probes_tell_a_notice_from_silence_and_silence_proves_nothing():
     probe = Probe(
         name="p", target="qwen-mtp", env={"SGLANG_ENABLE_SPEC_V2": "1"}, names="SGLANG_ENABLE_SPEC_V2"
     )
@@ -109,8 +138,14 @@ def test_env_probes_tell_a_notice_from_silence():
     }
     quiet = {"accepted": True, "warnings": []}
     assert compare("0.5.16", cell, _kit(expect="warned"), notice).status == "agree"
-    assert compare("0.5.21", cell, _kit(expect="silent"), quiet).status == "agree"
+    assert compare("0.5.16", cell, _kit(expect="silent"), notice).status == "disagree"
+    # Said nothing: whether the release ignores the variable or reads it quietly cannot be seen.
+    for expect in ("silent", "accepted"):
+        outcome = compare("0.5.21", cell, _kit(expect=expect), quiet)
+        assert outcome.status == "unverified" and outcome.status != "agree"
     assert compare("0.5.21", cell, _kit(expect="warned"), quiet).mark == "silent, kit says warned"
+    report = Report(outcomes=[compare("0.5.21", cell, _kit(expect="silent"), quiet)])
+    assert report.counts()["unverified"] == 1 and report.disagreements == []
 
 
 def test_cells_are_the_product_of_each_groups_axes_per_target():
@@ -185,9 +220,9 @@ def test_companion_variants_exist_only_where_a_companion_filled_in_intent(tmp_pa
 
 def test_fate_of_an_old_name_follows_renamed_removed_and_deprecated():
     d = load_dialect("sglang-0.5.9")
-    assert _fate(d, "--mamba-scheduler-strategy") == "accepted"
+    assert fate(d, "--mamba-scheduler-strategy") == "accepted"
     newer = d.model_copy(update={"renamed": {"--a": "--b"}})
-    assert _fate(newer, "--a") == "refused"
+    assert fate(newer, "--a") == "refused"
 
 
 def test_the_table_counts_cells_and_names_disagreements():
@@ -202,9 +237,14 @@ def test_the_table_counts_cells_and_names_disagreements():
             {"accepted": False, "stage": "parser", "error_type": "AssertionError", "error": "a|b"},
         ),
     ]
+    not_run = {"accepted": True, "load": {"ran": False, "why": "ImportError: x"}}
+    report.outcomes.append(compare("0.5.9", Cell("g", "qwen-mtp", ("x=1",)), kit, not_run))
     text = render_markdown(report, MATRIX, command="scripts/conformance", when="now")
-    assert "- cells: 2 run on 2 releases" in text
+    assert "- cells: 3 run on 2 releases" in text
+    assert "- agree: 1; unverified: 0 (SGLang said nothing that shows who is right); not run: 1" in text
     assert "- disagreements: **1**" in text
+    assert "- not run: `qwen-mtp x=1` on 0.5.9: the parser accepts; the load stage did not run" in text
+    assert "| `qwen-mtp x=1` | – load not run |  |" in text
     assert "a\\|b" in text  # a pipe in SGLang's words does not break the table
     assert "| `qwen-base mamba_cache=no_buffer` | ok | **≠** SGLang refuses (parser) |" in text
 

@@ -10,9 +10,9 @@ from kit.diagnose import fingerprint as fp
 from kit.diagnose.redact import MASK
 from kit.images.lock import parse_lock
 from kit.launch import resolve
+from kit.logs.limits import limits_from_spec
 from kit.runtime.nvml import open_nvml
 from kit.scenarios.fake_nvml import FakeNvml
-from kit.startup.limits import limits_from_spec
 
 LOCKS = Path(__file__).parents[1] / "fixtures" / "locks"
 # What a cu129 image's lock holds for the packages that decide a start-up (pins of

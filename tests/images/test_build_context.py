@@ -37,6 +37,7 @@ def test_the_context_holds_only_what_the_dockerfile_copies(tmp_path):
     assert "kit/rehearsal/kit_faults.py" in names
     assert "kit/rehearsal/shims/sgl_kernel/__init__.py" in names
     assert "kit/rehearsal/tiny_model.py" in names
+    assert "kit/rehearsal/tiny_qwen3_5.py" in names
     assert "kit/images/inimage/verify.py" in names
     assert "images/ca/.keep" in names and "images/wheels/.keep" in names
     assert not any(n.startswith(("tests/", ".git", "kit/cli", "kit/catalog")) for n in names)

@@ -74,8 +74,10 @@ def test_verify_human_table(cpu_image, capsys):
     assert "DRIFT" not in out and "not checked" not in out
 
 
+# The probe builds SGLang's own groups (kit/images/inimage/sglang_groups.py), whose set-up runs the
+# first collective: a rank blocked in its first all_reduce is stuck in init, as the server's would be.
 @pytest.mark.parametrize(
-    ("fault", "stage"), [("hang-collective:rank=1", "all_reduce"), ("hang-init:rank=1", "init")]
+    ("fault", "stage"), [("hang-collective:rank=1", "init"), ("hang-init:rank=1", "init")]
 )
 def test_a_rank_that_hangs_is_killed_at_the_deadline_and_named(cpu_image, engine, fault, stage):
     """The rehearsal's real fault switch blocks rank 1 inside torch.distributed; the probe kills
@@ -88,8 +90,9 @@ def test_a_rank_that_hangs_is_killed_at_the_deadline_and_named(cpu_image, engine
     report, access = run_probe(
         TAG, name=CPU_IMAGE, flavor="cpu", collective_timeout_s=8, environment={"KIT_FAULT": fault}
     )
-    assert time.monotonic() - started < 90
     facts = report["all_reduce"]
+    # not long after the deadline; `import sglang` before the ranks start (setup_s) is outside it
+    assert time.monotonic() - started - facts["setup_s"] < 90
     assert facts["ran"] and not facts["ok"] and facts["timed_out"] and 8 <= facts["seconds"] < 30
     hung = facts["ranks"][1]
     assert hung["stage"] == stage and "did not finish in 8 s (killed)" in hung["error"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -389,11 +390,14 @@ def test_the_probe_runs_on_a_plain_interpreter():
     """The in-image script is self-contained: here (no torch in the kit's venv) it still prints one
     JSON object, reporting torch as not importable rather than crashing, and its child processes
     (kernels, gloo ranks) report the same instead of hanging."""
+    # The venv's bin on PATH, as in the image: the kit's own venv installs py-spy (kit watch --pid).
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     done = subprocess.run(
         [sys.executable, str(PROBE), "--skip-gpu", "--all-reduce", "gloo", "--collective-timeout", "30"],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PATH": path},
     )
     assert done.returncode == 0, done.stderr
     report = parse_probe_output(done.stdout)

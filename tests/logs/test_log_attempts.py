@@ -134,3 +134,20 @@ def test_analysis_json_of_a_multi_attempt_log_names_the_earlier_attempts():
     report = json.loads(analyze_text(READY + _later(HANGS_IN_INIT, 5)).model_dump_json())
     [earlier] = report["attempt"]["earlier"]
     assert earlier["outcome"] == "ready" and earlier["started_at"].startswith("2026-12-02T13:46")
+
+
+def test_a_traceback_before_the_launch_line_belongs_to_the_launch_that_follows():
+    # SGLang logs server_args only after configuring itself; a harmless traceback can come first
+    # (retry() printing a failed Hub request). It must not open an attempt of its own.
+    text = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/sgl/srt/utils/common.py", line 3790, in retry',
+            "ConnectionError: the Hub did not answer",
+            "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=1, ...)",
+            "[2026-01-01 00:00:05] Init parallel begin.",
+        ]
+    )
+    attempts = Attempts.start().observe_timed((e, 1.0) for e in parse_text(text))
+    assert attempts.number == 1 and not attempts.earlier
+    assert attempts.current.survived_errors(2.0) != ()

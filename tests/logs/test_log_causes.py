@@ -152,3 +152,48 @@ def test_shipped_causes_cover_the_init_hang_facts_and_the_failures_real_logs_sho
 )
 def test_the_cause_a_real_log_shows_ranks_first_on_its_evidence(phase, evidence, first):
     assert match_causes("crashed", phase, evidence)[0].cause.id == first
+
+
+# -- the activity a live verdict was reached on is evidence ---------------------------------------
+
+
+def test_a_fitting_activity_shape_outranks_a_word_and_opens_the_gate():
+    book = _book(
+        {"id": "p2p", "words": ["no NVLink"], "activity": ["spinning"]},
+        {"id": "rendezvous", "requires": ["TCPStore"], "activity": ["quiet"]},
+        {"id": "plain", "words": ["no NVLink", "Init COMPLETE"]},
+    )
+    evidence = "gpu link: PCIe, no NVLink\nInit COMPLETE"
+    quiet = [m.cause.id for m in match_causes("hung", Phase.INIT, evidence, book, activity="quiet")]
+    assert quiet == ["rendezvous", "plain", "p2p"]  # a shape (200) beats two words (200) by book order
+    spinning = match_causes("hung", Phase.INIT, evidence, book, activity="spinning")
+    assert [m.cause.id for m in spinning] == ["p2p", "plain"]  # the gate stays shut without its shape
+    assert spinning[0].evidence[0] == "activity=spinning"
+    offline = [m.cause.id for m in match_causes("hung", Phase.INIT, evidence, book)]
+    assert offline == ["plain", "p2p"]  # no activity offline: words alone
+
+
+def test_a_cause_the_server_ruled_out_is_not_offered():
+    book = _book({"id": "custom", "words": ["no NVLink"], "unless": ["custom all-reduce: off"]})
+    assert match_causes("hung", Phase.CAPTURE, "no NVLink", book)
+    assert not match_causes("hung", Phase.CAPTURE, "no NVLink\ncustom all-reduce: off (tp=4)", book)
+
+
+def test_an_unknown_activity_shape_is_rejected():
+    with pytest.raises(ValueError, match="activity"):
+        _book({"id": "x", "activity": ["busy"]})
+
+
+def test_the_shipped_book_reads_quiet_and_spinning_as_the_issue_says():
+    # A quiet init: rendezvous, a missing rank, NCCL's bootstrap first; a spin after NCCL's init:
+    # P2P and ACS first, custom all-reduce not at all where SGLang turned it off.
+    quiet_init = "Init torch distributed begin.\ngpu link: PCIe, no NVLink"
+    quiet = [
+        m.cause.id for m in match_causes("hung", Phase.INIT, quiet_init, device="cuda", activity="quiet")
+    ]
+    assert set(quiet[:3]) == {"rendezvous-timeout", "rank-missing", "nccl-bootstrap"}
+    spin = "Init COMPLETE\nvia P2P/IPC\ngpu link: PCIe, no NVLink\ncustom all-reduce: off (tp=4)"
+    spinning = [
+        m.cause.id for m in match_causes("hung", Phase.CAPTURE, spin, device="cuda", activity="spinning")
+    ]
+    assert spinning[:2] == ["nccl-p2p", "pcie-acs"] and "custom-allreduce" not in spinning

@@ -57,6 +57,24 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         {"tokens": 1024},
     ),
     (P + "Memory pool end. avail mem=2.09 GB", Milestone.KV_READY, "any", {"avail_mem_gb": 2.09}),
+    # FlashInfer autotune: 0.5.9/0.5.10.post1 model_runner.py; 0.5.14 runner/base_runner.py;
+    # 0.5.19-0.5.23 runner/flashinfer_autotune.py (both cache variants); the end line is the same.
+    (P + "Running FlashInfer autotune...", Milestone.AUTOTUNE_BEGIN, "autotune", {}),
+    (
+        P + "Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.7.2/sm120/"
+        "3f1c/autotune.json",
+        Milestone.AUTOTUNE_BEGIN,
+        "autotune",
+        {"autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.7.2/sm120/3f1c/autotune.json"},
+    ),
+    (
+        P + "Running FlashInfer autotune (cache reuse DISABLED via SGLANG_FLASHINFER_AUTOTUNE_CACHE=0); "
+        "writing fresh result to: /root/.cache/sglang/flashinfer/autotune/runs/a.json",
+        Milestone.AUTOTUNE_BEGIN,
+        "autotune",
+        {},
+    ),
+    (P + "FlashInfer autotune completed.", Milestone.AUTOTUNE_END, "autotune", {}),
     (
         P + "Mamba Cache is allocated. max_mamba_cache_size: 614, conv_state size: 0.38GB,"
         " ssm_state size: 10.81GB",

@@ -139,7 +139,7 @@ def test_milestones_win_over_the_traceback_when_there_are_some():
             "RuntimeError: x",
         ]
     )
-    verdict = Tracker.start().observe_events(parse_text(text), 1.0).verdict(2.0)
+    verdict = Tracker.start().observe_events(parse_text(text), 1.0).verdict(2.0, ended=True)
     assert isinstance(verdict, Crashed)
     assert (verdict.phase, verdict.phase_from) == (Phase.LOAD, "milestones")
 
@@ -147,3 +147,20 @@ def test_milestones_win_over_the_traceback_when_there_are_some():
 def test_a_tail_without_a_phase_naming_frame_has_no_phase():
     report = analyze_text('  File "/x/triton/compiler.py", line 80, in make_ir\nValueError: bad')
     assert (report.outcome, report.phase, report.phase_from) == ("crashed", None, None)
+
+
+def test_a_traceback_through_flashinfer_autotune_points_at_autotune():
+    # sgl-project/sglang#12306's traceback: initialize -> kernel_warmup -> _flashinfer_autotune (0.5.9-era).
+    text = "\n".join(
+        [
+            "[2025-11-18 13:28:40 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/sgl/srt/model_executor/model_runner.py", line 507, in initialize',
+            "    self.kernel_warmup()",
+            '  File "/sgl/srt/model_executor/model_runner.py", line 2061, in _flashinfer_autotune',
+            "    self._dummy_run(batch_size=self.req_to_token_pool.size)",
+            "RuntimeError: x",
+        ]
+    )
+    verdict = Tracker.start().observe_events(parse_text(text), 1.0).verdict(2.0, ended=True)
+    assert isinstance(verdict, Crashed)
+    assert (verdict.phase, verdict.phase_from) == (Phase.AUTOTUNE, "exception")

@@ -229,13 +229,34 @@ def test_the_servers_own_warmup_request_after_http_up_keeps_the_warmup_limits():
 # -- crashes and readiness -------------------------------------------------------------------------
 
 
-def test_a_fatal_line_is_a_crash_at_once():
+def test_a_fatal_line_is_a_crash_once_the_server_exits():
     dead = ev(Milestone.ERROR, None, fatal=True, text="Rank 1 scheduler is dead.")
     tracker = started((ev(Milestone.INIT_BEGIN, 1), 0), (dead, 1))
-    verdict = tracker.verdict(1)
+    verdict = tracker.verdict(1, ended=True)
     assert isinstance(verdict, Crashed)
     assert verdict.phase is Phase.INIT and "Rank 1 scheduler is dead." in verdict.evidence
     assert verdict.exit_code == ExitCode.FAILED
+
+
+def test_a_fatal_line_while_the_server_runs_is_a_crash_only_after_the_grace_without_life():
+    dead = ev(Milestone.ERROR, 1, fatal=True, text="Scheduler hit an exception")
+    tracker = started((ev(Milestone.LOAD_BEGIN, 1), 0), (dead, 1))
+    grace = tracker.limits.crash_grace_s
+    assert tracker.verdict(1 + grace - 0.5) is None
+    assert isinstance(tracker.verdict(1 + grace), Crashed)
+
+
+def test_after_a_fatal_line_any_sign_of_life_postpones_the_crash_cpu_included():
+    # CPU is no progress after launch on a GPU profile, but it is life: the server still runs.
+    dead = ev(Milestone.ERROR, 1, fatal=True, text="Scheduler hit an exception")
+    tracker = started((ev(Milestone.CAPTURE_BEGIN, 1), 0), (dead, 1))
+    tracker = samples(tracker, 0, 30, 2, cpu=1.0)
+    assert "capture" not in tracker.limits.cpu_counts_in
+    assert tracker.verdict(31) is None
+    assert isinstance(tracker.verdict(30 + tracker.limits.crash_grace_s), Crashed)
+    # a redrawn bar (a line) is life too
+    tracker = started((ev(Milestone.LOAD_BEGIN, 1), 0), (dead, 1)).observe_line(9, "\rLoading 40%")
+    assert tracker.verdict(15) is None
 
 
 def test_the_first_fatal_error_is_shown_and_its_exception_kept():
@@ -247,7 +268,7 @@ def test_the_first_fatal_error_is_shown_and_its_exception_kept():
         fields={"exception": "RuntimeError: x"},
     )
     after = ev(Milestone.ERROR, None, fatal=True, text="Received sigquit from a child process.")
-    verdict = started((ev(Milestone.INIT_BEGIN, 9), 0), (cause, 1), (after, 1)).verdict(1)
+    verdict = started((ev(Milestone.INIT_BEGIN, 9), 0), (cause, 1), (after, 1)).verdict(1, ended=True)
     assert isinstance(verdict, Crashed)
     assert (verdict.exception, verdict.rank) == ("RuntimeError: x", "TP9")
 
@@ -256,15 +277,33 @@ def test_a_traceback_followed_by_progress_was_survived():
     traceback = ev(Milestone.ERROR, 0, fields={"exception": "UserWarning: x"})
     tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0), (traceback, 1), (ev(Milestone.LOAD_END, 0), 2))
     assert tracker.verdict(100) is None
+    assert tracker.verdict(100, ended=True) is not None and not isinstance(
+        tracker.verdict(100, ended=True), Crashed
+    )
+    assert tracker.survived_errors(100) == (traceback,)
 
 
-def test_a_traceback_with_no_progress_is_a_crash_after_the_grace_period():
+def test_a_non_fatal_traceback_is_never_a_crash_while_the_server_runs():
+    # The reproduction: an ignored ModuleNotFoundError traceback during load, then a long
+    # load with no milestone. The old rule called it CRASHED 10 s later; now only the stall window
+    # can end it (HUNG, if nothing at all moves), and the traceback is evidence.
+    traceback = ev(Milestone.ERROR, 0, fields={"exception": "ModuleNotFoundError: No module named 'x'"})
+    tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0), (traceback, 1))
+    tracker = samples(tracker, 0, 300, 2, read=50e6)
+    assert tracker.verdict(300) is None
+    assert tracker.survived_errors(300) == (traceback,)
+    quiet = started((ev(Milestone.LOAD_BEGIN, 0), 0), (traceback, 1))
+    window = quiet.limits.stall_window_s.of("load")
+    assert quiet.verdict(1 + window - 1) is None
+    assert isinstance(quiet.verdict(1 + window), Hung)
+
+
+def test_a_traceback_with_no_milestone_after_it_is_the_crash_when_the_server_exits():
     traceback = ev(Milestone.ERROR, 0, fields={"exception": "ValueError: x"})
     tracker = started((ev(Milestone.LOAD_BEGIN, 0), 0), (traceback, 1))
-    grace = tracker.limits.crash_grace_s
-    assert tracker.verdict(1 + grace - 1) is None
-    assert isinstance(tracker.verdict(1 + grace), Crashed)
-    assert isinstance(tracker.verdict(2, ended=True), Crashed)  # no more input: no need to wait
+    verdict = tracker.verdict(2, ended=True)  # the processes exited (or the log ended)
+    assert isinstance(verdict, Crashed) and verdict.exception == "ValueError: x"
+    assert tracker.survived_errors(2, ended=True) == ()
 
 
 def test_ready():
@@ -286,7 +325,7 @@ def test_a_fatal_error_after_ready_is_a_crash_but_a_request_traceback_is_not():
     tracker = started((ev(Milestone.READY), 0), (ev(Milestone.ERROR, 0, fields={"exception": "KeyError"}), 5))
     assert isinstance(tracker.verdict(100, ended=True), Ready)
     tracker = tracker.observe_event(ev(Milestone.ERROR, fatal=True, text="Killed"), 6)
-    verdict = tracker.verdict(6)
+    verdict = tracker.verdict(6, ended=True)
     assert isinstance(verdict, Crashed) and verdict.phase is Phase.SERVING
 
 

@@ -10,10 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "catalog"))
 
 from catalog_helpers import copy_catalog
-from fake_hub import FakeHub, Repo, model_files
-
-REPO = "kit-test/fake-model"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+from fake_hub import COMMIT, REPO, FakeHub, Repo, model_files
 
 FAKE_MODEL = f"""
 [model]

@@ -56,11 +56,16 @@ class Repo:
     files: dict[str, bytes]
     commit: str = "0123456789abcdef0123456789abcdef01234567"
     branches: dict[str, str] = field(default_factory=dict)
+    history: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    """Older commits -> their files (the repository as it was; `files` is `commit`'s)."""
 
     def resolve(self, rev: str) -> str | None:
-        if rev == self.commit:
+        if rev == self.commit or rev in self.history:
             return rev
         return self.branches.get(rev)
+
+    def files_at(self, commit: str) -> dict[str, bytes]:
+        return self.files if commit == self.commit else self.history[commit]
 
 
 @dataclass
@@ -123,7 +128,7 @@ class FakeHub:
             return self._error(h, 404, "RevisionNotFound")
         siblings = [
             {"rfilename": n, "size": len(b), "blobId": hashlib.sha1(b).hexdigest()}
-            for n, b in repo.files.items()
+            for n, b in repo.files_at(commit).items()
         ]
         body = json.dumps(
             {"id": match.group(1), "sha": commit, "siblings": siblings, "private": False}
@@ -143,7 +148,7 @@ class FakeHub:
         if commit is None:
             return self._error(h, 404, "RevisionNotFound")
         name = match.group(3)
-        data = repo.files.get(name)
+        data = repo.files_at(commit).get(name)
         if data is None:
             return self._error(h, 404, "EntryNotFound")
         start = 0
@@ -177,3 +182,8 @@ def write_folder(folder: Path, files: dict[str, bytes]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return folder
+
+
+# The scratch catalog's model (tests/model/conftest.py): its repo and pinned commit.
+REPO = "kit-test/fake-model"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 from catalog_helpers import run_cli
-from conftest import COMMIT, REPO
-from fake_hub import model_files
+from fake_hub import COMMIT, REPO, model_files
 
 from kit.errors import ExitCode, InputError
 from kit.launch import resolve

@@ -1,7 +1,9 @@
 """Shared by the pivot's docker tests: the rehearsal image, the one with this checkout's fault switch,
-and the containers *this test* started (preflight and server ones), removed by their own ids."""
+and the containers *this test* started (preflight and server ones, by the test's own label)."""
 
 from __future__ import annotations
+
+import secrets
 
 import pytest
 
@@ -32,23 +34,24 @@ def faults_image(tmp_path_factory):
     image.remove()
 
 
-def _kit_containers() -> list:
-    from kit.runtime.engine import LABEL_MANAGED, client
-
-    return [
-        c
-        for c in client().containers.list(all=True, filters={"label": LABEL_MANAGED})
-        if c.labels.get(LABEL_MANAGED) in ("preflight", "server")
-    ]
-
-
 @pytest.fixture
-def new_containers():
-    """A callable listing the kit's preflight and server containers created since the test began."""
-    before = {c.id for c in _kit_containers()}
+def new_containers(monkeypatch):
+    """A callable listing the kit's preflight and server containers this test started: each test marks
+    what it starts with its own label (KIT_RUN_LABELS, which the kit puts on every container it
+    starts; subprocesses inherit it), so other people's containers on a shared engine are never
+    counted or removed."""
+    from kit.runtime.engine import LABEL_MANAGED, client
+    from kit.runtime.server import RUN_LABELS
+
+    mark = f"io.kit.test={secrets.token_hex(6)}"
+    monkeypatch.setenv(RUN_LABELS, mark)
 
     def created_since() -> list:
-        return [c for c in _kit_containers() if c.id not in before]
+        return [
+            c
+            for c in client().containers.list(all=True, filters={"label": mark})
+            if c.labels.get(LABEL_MANAGED) in ("preflight", "server")
+        ]
 
     yield created_since
     for container in created_since():

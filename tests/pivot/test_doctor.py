@@ -1,5 +1,6 @@
-"""Doctor's checks over facts: GPU hosts through the fake NVML library (kit/scenarios/fake_nvml.py) and
-lspci text, a host without GPUs for real, and --json against docs/schema/doctor.json."""
+"""Doctor's checks over facts: GPU hosts through the fake NVML library (kit/scenarios/fake_nvml.py),
+lspci text and recorded `docker info` shapes, a host without GPUs for real, and --json against
+docs/schema/doctor.json."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import jsonschema
 import pytest
 
 from kit.pivot.doctor import CHECK_IDS, DoctorContext, doctor_context, evaluate, report, run_doctor, schema
-from kit.pivot.host import (
-    DockerFacts,
+from kit.runtime.host import (
+    EngineFacts,
     HostFacts,
+    cdi_answer,
+    engine_facts,
+    engine_failed,
     iommu_mode,
     nvml_bdf,
     parse_lspci,
@@ -25,7 +29,7 @@ from kit.pivot.host import (
     scan_model_cache,
     upstream_bridges,
 )
-from kit.scenarios.fake_nvml import FakeNvml
+from kit.scenarios.fake_nvml import FakeNvml, NVMLError_GpuIsLost
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -49,7 +53,8 @@ def gpu_host(nvml: FakeNvml | None = None, **changes) -> HostFacts:
     nvml = nvml or FakeNvml.of(4)
     facts = HostFacts(
         nvml=read_nvml(nvml),
-        docker=DockerFacts(version="28.0.1", runtimes=("nvidia", "runc"), image_present=True),
+        engine=EngineFacts(version="28.0.1", runtimes=("nvidia", "runc")),
+        image_present=True,
         lspci={},
         iommu=iommu_mode("BOOT_IMAGE=/vmlinuz iommu=pt", ["ivhd0"], ["identity"] * 4),
         shm_total=64 * GiB,
@@ -93,14 +98,26 @@ def test_gpus_outside_the_images_arch_list_fail(qwen):
 
 
 def test_too_few_gpus_fail_and_a_missing_toolkit_fails(qwen):
-    checks = evaluate(qwen, gpu_host(FakeNvml.of(2), docker=DockerFacts(version="28", runtimes=("runc",))))
+    no_cdi = EngineFacts(version="28.0.1", runtimes=("runc",), cdi_spec_dirs=())
+    checks = evaluate(qwen, gpu_host(FakeNvml.of(2), engine=no_cdi))
     assert status(checks, "gpu-count") == "fail"
     toolkit = by_id(checks, "container-toolkit")
     assert toolkit.status == "fail" and "nvidia-ctk runtime configure" in toolkit.fix
+    assert "CDI is off" in toolkit.summary
+    cdi_engine = EngineFacts(version="28.0.1", runtimes=("runc",), cdi_spec_dirs=("/etc/cdi",))
     with_cdi = evaluate(
-        qwen, gpu_host(docker=DockerFacts(runtimes=("runc",)), cdi_specs=("/etc/cdi/nvidia.yaml",))
+        qwen, gpu_host(engine=cdi_engine, cdi=cdi_answer(cdi_engine, {"/etc/cdi/nvidia.yaml": CDI_SPEC}))
     )
-    assert status(with_cdi, "container-toolkit") == "pass"
+    toolkit = by_id(with_cdi, "container-toolkit")
+    assert toolkit.status == "pass" and "CDI devices nvidia.com/gpu=0" in toolkit.summary
+    assert toolkit.details["cdi"]["specs"] == ["/etc/cdi/nvidia.yaml"]
+
+
+CDI_SPEC = """\
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices: [{name: "0"}, {name: "1"}, {name: "2"}, {name: "3"}, {name: all}]
+"""
 
 
 def test_a_wedged_gpu_fails_and_a_busy_one_warns(qwen):
@@ -179,7 +196,7 @@ def test_pci_paths_and_bus_ids():
 
 def test_a_host_without_gpus_lists_every_check_says_why_and_passes():
     facts = HostFacts(
-        nvml=read_nvml(FakeNvml(available=False)), docker=DockerFacts(version="20.10", runtimes=("runc",))
+        nvml=read_nvml(FakeNvml(available=False)), engine=EngineFacts(version="20.10", runtimes=("runc",))
     )
     ctx = DoctorContext()
     result = report(ctx, evaluate(ctx, facts), 0.1)
@@ -192,7 +209,7 @@ def test_a_host_without_gpus_lists_every_check_says_why_and_passes():
 
 
 def test_a_gpu_target_on_a_host_without_gpus_fails_once_not_for_every_gpu_check(qwen):
-    facts = HostFacts(nvml=read_nvml(FakeNvml(available=False)), docker=DockerFacts(version="20.10"))
+    facts = HostFacts(nvml=read_nvml(FakeNvml(available=False)), engine=EngineFacts(version="20.10"))
     checks = evaluate(qwen, facts)
     assert [c.id for c in checks if c.status == "fail" and c.id != "disk"] == ["nvidia-driver"]
     assert by_id(checks, "gpu-count").why == "see nvidia-driver"
@@ -201,7 +218,7 @@ def test_a_gpu_target_on_a_host_without_gpus_fails_once_not_for_every_gpu_check(
 def test_the_cpu_rehearsal_needs_no_gpu_checks():
     ctx = doctor_context("tiny")
     facts = HostFacts(
-        nvml=read_nvml(FakeNvml(available=False)), docker=DockerFacts(version="20.10", image_present=True)
+        nvml=read_nvml(FakeNvml(available=False)), engine=EngineFacts(version="20.10"), image_present=True
     )
     checks = evaluate(ctx, facts)
     assert by_id(checks, "nvidia-driver").why == "tiny runs on CPU"
@@ -269,7 +286,7 @@ def test_the_model_cache_is_complete_only_with_every_shard_of_its_index(tmp_path
     assert (
         cache.status == "fail"
         and "1 file(s) missing" in cache.summary
-        and cache.fix.startswith("hf download")
+        and cache.fix == "kit model fetch qwen-base"
     )
     disk = by_id(checks, "disk")
     assert disk.status == "fail" and "needs 245" in disk.summary
@@ -299,7 +316,7 @@ def test_reports_validate_against_the_documented_schema(qwen):
         (qwen, gpu_host(nvml, lspci=parse_lspci(LSPCI))),
         (
             DoctorContext(),
-            HostFacts(nvml=read_nvml(FakeNvml(available=False)), docker=DockerFacts(error="no engine")),
+            HostFacts(nvml=read_nvml(FakeNvml(available=False)), engine=engine_failed("no engine")),
         ),
     ):
         document = report(ctx, evaluate(ctx, facts), 0.2).model_dump(mode="json")
@@ -338,3 +355,100 @@ def test_run_doctor_reads_this_host_without_raising():
     result = run_doctor(nvml_lib=FakeNvml(available=False))
     assert len(result.checks) == len(CHECK_IDS)
     assert by_id(result.checks, "nvidia-driver").status == "not-checked"
+
+
+# -- one CDI answer, chosen GPUs, lost GPUs ---------------------------------------------------------
+
+DOCKER_INFO = ROOT / "tests" / "fixtures" / "docker-info"
+
+
+@pytest.mark.parametrize("shape", sorted(p.name for p in DOCKER_INFO.glob("*.json")))
+def test_doctor_and_the_fingerprint_give_the_same_cdi_answer(shape, qwen):
+    """One host-facts record, two readers: doctor's checks and a bundle's fingerprint say the same
+    thing about CDI (state, the engine's folders as a list, spec files, devices) for each engine shape."""
+    from kit.diagnose.facts import nvidia_of
+    from kit.runtime.host import ToolFacts
+
+    engine = engine_facts(json.loads((DOCKER_INFO / shape).read_text()))
+    specs = {"/etc/cdi/nvidia.yaml": CDI_SPEC}  # read only where the engine's CDISpecDirs say
+    facts = gpu_host(engine=engine, cdi=cdi_answer(engine, specs))
+    checks = evaluate(qwen, facts)
+    fingerprint = nvidia_of(
+        facts.nvml.inventory,
+        p2p=facts.nvml.p2p,
+        topology=facts.nvml.topology,
+        engine=engine,
+        cdi=facts.cdi_answer,
+        tools=ToolFacts(),
+        why_no_nvml=None,
+    )
+    doctor_engine = by_id(checks, "docker-engine").details["cdi"]
+    doctor_toolkit = by_id(checks, "container-toolkit").details["cdi"]
+    assert doctor_engine == doctor_toolkit == fingerprint["cdi"]
+    assert isinstance(fingerprint["cdi"]["spec_dirs"], list)
+    if engine.cdi_spec_dirs:
+        assert fingerprint["engine_runtimes"]["cdi_spec_dirs"] == fingerprint["cdi"]["spec_dirs"]
+    # The plan doctor reports is the one kit up tries: a known way passes the toolkit check.
+    toolkit = by_id(checks, "container-toolkit")
+    assert (toolkit.status == "pass") == any(w["known"] for w in toolkit.details["plan"])
+
+
+def test_an_engine_failure_is_recorded_as_one_not_as_a_missing_image(qwen):
+    facts = gpu_host(engine=engine_failed("no Docker engine answers"), image_present=None)
+    checks = evaluate(qwen, facts)
+    assert status(checks, "docker-engine") == "fail"
+    image = by_id(checks, "image")
+    assert image.status == "not-checked" and image.why == "no Docker engine answers"
+    assert by_id(checks, "docker-engine").summary == "no Docker engine answers"
+
+
+def test_chosen_gpus_narrow_the_gpu_checks(qwen):
+    nvml = FakeNvml.of(8)
+    nvml.set_process(gpu=6, pid=4242, used_bytes=40 * GiB)  # someone else's job on GPU 6
+    nvml.set_utilization(gpu=7, pct=100)  # and a wedged GPU 7
+    everything = evaluate(qwen, gpu_host(nvml))
+    assert status(everything, "gpu-busy") == "fail"
+    chosen = dataclasses.replace(qwen, gpu_devices=("0", "1", "2", "3"))
+    checks = evaluate(chosen, gpu_host(nvml))
+    busy = by_id(checks, "gpu-busy")
+    assert busy.status == "pass" and [u["index"] for u in busy.details["usage"]] == [0, 1, 2, 3]
+    count = by_id(checks, "gpu-count")
+    assert count.status == "pass" and "(chosen: 0,1,2,3)" in count.summary
+    assert set(by_id(checks, "p2p-topology").details["p2p"]) == {"0", "1", "2", "3"}
+    other = evaluate(dataclasses.replace(qwen, gpu_devices=("4", "5", "6", "7")), gpu_host(nvml))
+    assert status(other, "gpu-busy") == "fail"
+    missing = by_id(
+        evaluate(dataclasses.replace(qwen, gpu_devices=("0", "1", "2", "9")), gpu_host(nvml)), "gpu-count"
+    )
+    assert missing.status == "fail" and "no GPU answers to 9" in missing.summary
+
+
+def test_doctor_context_takes_gpus_from_the_flag_or_kit_gpus(monkeypatch):
+    from kit.errors import InputError
+
+    assert doctor_context("qwen-base", gpus="4,5,6,7").gpu_devices == ("4", "5", "6", "7")
+    monkeypatch.setenv("KIT_GPUS", "0,1,2,3")
+    assert doctor_context("qwen-base").gpu_devices == ("0", "1", "2", "3")
+    assert doctor_context("tiny").gpu_devices == ()  # a CPU target ignores the variable
+    with pytest.raises(InputError, match="KIT_GPUS: names 2 GPU"):
+        monkeypatch.setenv("KIT_GPUS", "0,1")
+        doctor_context("qwen-base")
+
+
+def test_a_gpu_lost_after_a_hang_is_a_failed_check_not_a_traceback(qwen):
+    nvml = FakeNvml.of(4)
+    nvml.lose(gpu=2)
+    facts = gpu_host(nvml)
+    assert [g.index for g in facts.nvml.inventory.lost] == [2]
+    checks = evaluate(qwen, facts)
+    busy = by_id(checks, "gpu-busy")
+    assert busy.status == "fail" and "GPU 2: GPU is lost" in busy.summary and "-i 2" in busy.fix
+    assert status(checks, "gpu-count") == "fail"  # three answer; the target needs four
+    # Lost in the middle of a reading (the handle was fine, the calls after it are not).
+    later = FakeNvml.of(4)
+    later.fail("nvmlDeviceGetMemoryInfo", gpu=1, error=NVMLError_GpuIsLost())
+    late = gpu_host(later)
+    assert [g.index for g in late.nvml.inventory.lost] == [1]
+    assert status(evaluate(qwen, late), "gpu-busy") == "fail"
+    result = run_doctor("qwen-base", nvml_lib=nvml)
+    assert by_id(result.checks, "gpu-busy").status == "fail"

@@ -1,8 +1,10 @@
 """On a GPU host (pytest -m gpu): doctor's NVML checks against real GPUs, and preflight's NCCL path
-(eager communicator init, CUDA IPC writes between every GPU pair, the 8 B - 128 MiB sweep).
+(SGLang's own group init with its warm-up all_reduce, CUDA IPC writes between every GPU pair, the
+8 B - 128 MiB sweep) under the qwen profile's own environment.
 
-The same code as the CPU rehearsal with another device; these only skip (with the reason) where
-NVML sees no GPU or the CUDA image is not built.
+The same code as the CPU rehearsal with another device (tests/pivot/test_preflight_docker.py and
+test_settings_docker.py run it on gloo in CI); these only skip (with the reason) where NVML sees no
+GPU or the CUDA image is not built.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from pivot_helpers import run_kit
 
 from kit.launch import resolve
+from kit.pivot.sglang_rules import gpu_nvlink, launch_facts, sglang_skip
 from kit.pivot.steps import device_plan
 
 pytestmark = [pytest.mark.gpu, pytest.mark.docker]
@@ -52,7 +55,9 @@ def test_doctor_reads_the_gpus_and_its_json_validates(gpu_count):
     assert proc.returncode == document["exit_code"]
 
 
-def test_preflight_runs_nccl_on_every_gpu_with_transports_pairs_and_the_full_sweep(gpu_count, new_containers):
+def test_preflight_runs_sglangs_groups_on_every_gpu_and_names_transports_under_the_qwen_profile(
+    gpu_count, new_containers
+):
     spec = resolve("qwen-base")
     from kit.runtime.engine import image_exists
 
@@ -61,12 +66,38 @@ def test_preflight_runs_nccl_on_every_gpu_with_transports_pairs_and_the_full_swe
     ranks = min(gpu_count, spec.gpus)
     if ranks < 2:
         pytest.skip("one GPU: nothing to peer with")
+    # The profile's own environment, which would silence NCCL's transport lines (WARN), goes in as it is
+    assert spec.env.get("NCCL_DEBUG") == "WARN"
     code, result, _, _ = run_kit("preflight", "qwen-base", "--tp", str(ranks), timeout=900)
     assert result["backend"] == "nccl" and result["nccl"]
+    settings = result["settings"]
+    assert settings["NCCL_DEBUG"] == {"value": "INFO", "source": "kit"}  # whatever the profile says
+    assert settings["HF_HUB_OFFLINE"] == {"value": "1", "source": "profile"}
+    assert any("NCCL_DEBUG=INFO for preflight (the profile's WARN" in note for note in result["notes"])
+    # SGLang's own environment and groups (entrypoints/engine.py, distributed/bootstrap.py)
+    assert (settings["NCCL_CUMEM_ENABLE"]["value"], settings["NCCL_CUMEM_ENABLE"]["source"]) == (
+        "0",
+        "sglang",
+    )
+    assert (
+        settings["NCCL_NVLS_ENABLE"]["value"] == "0"
+        and settings["CUDA_DEVICE_MAX_CONNECTIONS"]["value"] == "8"
+    )
     if code != 0:  # a host with the known P2P hang: the verdict must name it either way
         assert result["verdict"] in ("hung", "deadline") and result["p2p"] in ("P2P", "not P2P"), result
         return
+    assert result["groups"] == "sglang" and result["tp_group"]["backend"] == "nccl"
+    assert result["tp_group"]["pynccl"] is True  # its communicator, and SGLang's warm-up all_reduce, ran
+    # SGLang's custom all-reduce is off exactly where bisect's rule says so (more than two PCIe-only GPUs)
+    facts = launch_facts(resolve("qwen-base", overrides=(f"tp={ranks}",)), nvlink=gpu_nvlink(ranks))
+    custom = result["tp_group"]["custom_all_reduce"]
+    if sglang_skip("no-custom-all-reduce", facts):
+        assert custom is None or custom.endswith("(disabled)"), custom
+    elif facts.nvlink is not None:
+        assert custom and not custom.endswith("(disabled)"), custom
+    # NCCL named its transports, and none is the cuMem P2P path: SGLang's NCCL_CUMEM_ENABLE=0 took hold
     assert result["transports"], "NCCL_DEBUG=INFO's channel lines were kept"
+    assert not [t for t in result["transports"] if "CUMEM" in t], result["transports"]
     assert len(result["pairs"]) == ranks * (ranks - 1)
     assert all(p["peer_access"] is not None for p in result["pairs"])
     assert result["sweep"][-1]["bytes"] == device_plan("cuda").sweep["max_bytes"]

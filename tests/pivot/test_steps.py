@@ -17,6 +17,8 @@ from kit.pivot.steps import (
     nccl_version,
     pair_rows,
     parse_event,
+    plan_steps,
+    setup_text,
     step_rows,
     transports,
 )
@@ -34,9 +36,25 @@ def feed_all(run: PreflightRun, events: list[tuple[float, dict]]) -> None:
         run.feed_line(line(**event), at)
 
 
+# What the launcher's setup reports (kit/images/inimage/sglang_groups.py's prepare), as seen on 0.5.23.
+SETUP = {
+    "sglang": "0.5.23",
+    "recipe": "bootstrap",
+    "server_args": {"disable_custom_all_reduce": False},
+    "error": None,
+    "settings": {
+        "NCCL_DEBUG": {"value": "INFO", "source": "kit"},
+        "NCCL_CUMEM_ENABLE": {"value": "0", "source": "sglang", "by": "_set_envs_and_config"},
+        "TRITON_CACHE_DIR": {"value": "/root/.cache/sglang/triton", "source": "sglang", "by": "import"},
+    },
+}
+
+
 def healthy(world: int = 2, t0: float = 100.0) -> list[tuple[float, dict]]:
     """A run where every rank passes every step, one second per step."""
     events = [(t0 + 0.5, {"ev": "launcher", "python": "3.11.2", "torch": "2.13.0+cpu", "import_s": 1.5})]
+    events += [(t0 + 0.6, {"ev": "begin", "rank": -1, "step": "setup"})]
+    events += [(t0 + 1.8, {"ev": "end", "rank": -1, "step": "setup", "s": 1.2, "detail": SETUP})]
     events += [(t0 + 2, {"ev": "start", "rank": r, "pid": 10 + r}) for r in range(world)]
     t = t0 + 2
     for step in STEPS:
@@ -44,7 +62,7 @@ def healthy(world: int = 2, t0: float = 100.0) -> list[tuple[float, dict]]:
 
         def detail(rank: int, step: str = step) -> dict:
             if step == "init":
-                return {"backend": "gloo"}
+                return {"groups": "sglang", "recipe": "bootstrap", "backend": "gloo", "tp_world": world}
             if step == "p2p":
                 pairs = [
                     {"src": rank, "dst": peer, "bytes": 1024, "s": 0.001, "gbps": 1.0, "peer_access": None}
@@ -75,10 +93,14 @@ def test_a_healthy_run_is_ok_with_a_row_per_step_and_the_sweep():
     rows = step_rows(run, verdict)
     assert [r.step for r in rows] == list(ALL_STEPS)
     assert all(r.status == "ok" for r in rows)
-    assert rows[0].seconds == 2.0  # launch: container start to the last rank's first line
+    assert rows[0].seconds == 0.5  # launch: container start to the launcher's first line
     assert "torch 2.13.0+cpu" in rows[0].detail
-    assert rows[1].detail == "gloo"
-    assert "2 pairs written and checked (shared-memory)" in rows[3].detail
+    assert rows[1].seconds == 1.2 and rows[1].detail == (
+        "sglang 0.5.23: its arguments and environment (NCCL_CUMEM_ENABLE=0)"
+    )  # SGLang's NCCL settings are named; its cache paths are in the JSON only
+    assert rows[2].detail == "SGLang's groups (distributed/bootstrap.py::init_parallel_runtime), gloo"
+    assert "2 pairs written and checked (shared-memory)" in rows[4].detail
+    assert run.setup == SETUP
     assert run.sweep == [{"bytes": 8, "time_us": 100.0, "algbw_gbps": 8e-5, "busbw_gbps": 8e-5}]
 
 
@@ -96,11 +118,11 @@ def test_a_rank_that_never_joins_init_is_hung_in_init_at_its_deadline_not_before
     deadline = CPU.limit("init").deadline_s  # init reports no progress: silent to its deadline is a hang
     assert run.active_step() == "init"
     assert run.verdict(102.2 + deadline - 0.1) is None  # counted from the first rank's begin
-    verdict = run.verdict(102.2 + deadline)
+    verdict = run.verdict(102.2 + deadline + 0.001)
     assert verdict.verdict == "hung" and verdict.step == "init" and verdict.exit_code == 4
     assert verdict.ranks == (0, 1)
     rows = step_rows(run, verdict)
-    assert [r.status for r in rows] == ["ok", "hung", "not run", "not run", "not run"]
+    assert [r.status for r in rows] == ["ok", "ok", "hung", "not run", "not run", "not run"]
 
 
 def test_a_rank_that_never_starts_is_counted_from_the_container_start():
@@ -160,9 +182,30 @@ def test_a_rank_dying_without_a_word_or_the_container_ending_early_is_crashed():
     assert verdict.verdict == "crashed" and "No module named 'torch'" in verdict.message
 
 
+def test_the_launchers_setup_counts_for_every_rank_and_hangs_at_its_deadline():
+    run = PreflightRun(2, STEPS, CPU, 0.0)
+    run.feed_line(line(ev="launcher", python="3.11.2", torch="2.13.0+cpu", import_s=1.0), 1.0)
+    run.feed_line(line(ev="begin", rank=-1, step="setup"), 1.1)
+    assert run.complete("launch") and run.active_step() == "setup"
+    deadline = CPU.limit("setup").deadline_s  # import sglang prints nothing until it is done
+    assert run.verdict(1.1 + deadline - 0.1) is None
+    verdict = run.verdict(1.1 + deadline + 0.001)
+    assert (verdict.verdict, verdict.step, verdict.ranks) == ("hung", "setup", (0, 1))
+    assert run.never_began("init") == (0, 1)
+
+
+def test_without_sglang_the_setup_says_so_and_names_no_sglang_settings():
+    text = setup_text({"sglang": None, "error": "sglang is not installed in this image", "settings": {}})
+    assert text == "sglang is not installed in this image; the groups are plain torch.distributed"
+    assert setup_text({"sglang": "0.5.10.post1", "settings": {}}) == (
+        "sglang 0.5.10.post1: its arguments and environment"
+    )
+
+
 def test_until_stops_the_plan_after_that_step():
+    assert plan_steps({"steps": list(STEPS), "until": "allreduce"}) == ["init", "allreduce"]
     run = PreflightRun(1, ("init", "allreduce"), CPU, 0.0)
-    assert run.steps == ("launch", "init", "allreduce")
+    assert run.steps == ("launch", "setup", "init", "allreduce")
     feed_all(
         run,
         [(1.0, {"ev": "start", "rank": 0, "pid": 1})]
@@ -208,6 +251,8 @@ def test_deadline_overrides_apply_and_the_stall_never_exceeds_the_deadline():
 
 
 EVENT = st.one_of(
+    st.just({"ev": "launcher"}),
+    st.builds(lambda e: {"ev": e, "rank": -1, "step": "setup", "s": 0.1}, st.sampled_from(["begin", "end"])),
     st.builds(lambda r: {"ev": "start", "rank": r, "pid": 1}, st.integers(0, 2)),
     st.builds(
         lambda e, r, s: {"ev": e, "rank": r, "step": s, "s": 0.1},

@@ -57,3 +57,38 @@ def test_slow_load_can_sleep_and_redraw_a_bar_with_carriage_returns(tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\r") >= 3 and err.endswith("done\n")
     assert err.count("\n") == 1  # one newline, at the end: the bar itself is only redrawn
+
+
+def test_the_traceback_fault_arms_on_the_launcher_or_the_loader():
+    at_launch = load_in_fresh_interpreter({"KIT_FAULT": "traceback:at=launch"})
+    assert at_launch.stdout.strip() == "['sglang.srt.entrypoints.http_server']"
+    at_load = load_in_fresh_interpreter({"KIT_FAULT": "traceback:at=load,rank=0,hold=5"})
+    assert at_load.stdout.strip() == "['safetensors']"
+    both = load_in_fresh_interpreter({"KIT_FAULT": "traceback:at=launch+load"})
+    assert sorted(eval(both.stdout)) == ["safetensors", "sglang.srt.entrypoints.http_server"]
+    nowhere = load_in_fresh_interpreter({"KIT_FAULT": "traceback:at=capture"})
+    assert "at=launch or at=load" in nowhere.stderr and nowhere.stdout.strip() == "[]"
+
+
+def test_the_traceback_it_prints_is_sglangs_shape_and_the_process_goes_on():
+    """Run for real: a bare traceback (retry()'s print_exc) at launch; a logger warning with the
+    traceback under it at load. Either way the process carries on and exits 0."""
+    code = (
+        "import importlib.util, logging\n"
+        f"spec = importlib.util.spec_from_file_location('f', {str(FAULTS)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "logging.basicConfig(format='[2026-12-02 10:00:00 TP1] %(message)s')\n"
+        "m.kit_fault_traceback('launch', 0.2)\n"
+        "m.kit_fault_traceback('load', 0.2)\n"
+        "print('went on')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "went on"
+    from kit.logs import parse_text
+
+    errors = [e for e in parse_text(done.stderr) if e.is_error]
+    assert [e.fields["exception"] for e in errors] == [
+        "ModuleNotFoundError: No module named 'kit_fault_optional_kernel'"
+    ] * 2
+    assert [e.rank_label for e in errors] == ["main", "TP1"]  # the logged one is its rank's
+    assert not any(e.fatal for e in errors)

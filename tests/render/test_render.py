@@ -1,4 +1,5 @@
-"""Renderers: one LaunchSpec, five shapes. Key lines are checked, and compose.yaml is the kit's output."""
+"""Renderers: one LaunchSpec, five shapes. Key lines are checked, and compose.yaml is the kit's output.
+Every shape that runs the server carries SYS_PTRACE, the compile cache, and its GPUs the way it is told."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from catalog_helpers import run_cli
 from kit import paths
 from kit.launch import list_targets, resolve
 from kit.render.compose import compose_document, portable_path, render_compose, start_period_s
-from kit.render.docker import docker_run_argv, run_kwargs
+from kit.render.docker import docker_run_argv, gpu_argv, host_settings, run_kwargs
 from kit.render.lws import lws_manifests, render_lws
 from kit.render.sglang import launch_command, render_sglang
 from kit.render.systemd import render_systemd
+from kit.runtime.compile_cache import ENV, MOUNT, VOLUME
+from kit.runtime.host import GpuWay
 
 OLD = "sglang-0.5.10.post1-cu129-sm120"
 NEW = "sglang-0.5.23-cu130-sm120"
@@ -78,10 +81,12 @@ def test_docker_run_for_qwen_has_gpus_ipc_ulimits_cache_and_a_local_port():
                  "-p 127.0.0.1:30000:30000", "-e HF_TOKEN", "--label io.kit.target=qwen-base",
                  "/.cache/huggingface:/root/.cache/huggingface"):  # fmt: skip
         assert part in line
-    assert "SYS_PTRACE" not in line
-    assert run_kwargs(resolve("qwen-base"), diagnose=True)["cap_add"] == ["SYS_PTRACE"]
-    code, out, _ = run_cli(["render", "docker", "qwen-base", "--diagnose"])
-    assert code == 0 and "--cap-add SYS_PTRACE" in out
+    assert "--cap-add SYS_PTRACE" in line  # py-spy's stacks, for kit watch on any server
+    request = GpuWay("gpu-request", "test", True, 4)
+    assert run_kwargs(resolve("qwen-base"), way=request)["cap_add"] == ["SYS_PTRACE"]
+    assert "cap_add" not in run_kwargs(resolve("qwen-base"), way=request, diagnose=False)
+    code, out, _ = run_cli(["render", "docker", "qwen-base", "--diagnose", "--gpu-access", "request"])
+    assert code == 0 and out.count("--cap-add SYS_PTRACE") == 1  # the old flag still works, once
 
 
 def test_compose_yaml_is_kit_render_compose_byte_for_byte():
@@ -93,14 +98,20 @@ def test_compose_yaml_is_kit_render_compose_byte_for_byte():
 def test_compose_services_key_lines():
     doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
     services = doc["services"]
-    assert list(services) == ["qwen-base", "qwen-mtp", "tiny"]
+    assert list(services) == ["qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen"]
     qwen = services["qwen-base"]
     assert qwen["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": 4, "capabilities": ["gpu"]}
     ]
     assert qwen["ipc"] == "host" and qwen["ulimits"] == {"memlock": -1, "stack": 67108864}
     assert qwen["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}"
-    assert qwen["volumes"] == ["${HOME}/.cache/huggingface:/root/.cache/huggingface"]
+    assert qwen["volumes"] == ["${HOME}/.cache/huggingface:/root/.cache/huggingface", f"{VOLUME}:{MOUNT}"]
+    # The compile cache is one named volume, not a per-project one: kit up shares it.
+    assert doc["volumes"] == {VOLUME: {"name": VOLUME}}
+    for service in services.values():
+        assert service["cap_add"] == ["SYS_PTRACE"]
+        assert f"{VOLUME}:{MOUNT}" in service["volumes"]
+        assert all(service["environment"][key] == value for key, value in ENV.items())
     assert all(port.startswith("127.0.0.1:") for s in services.values() for port in s["ports"])
     assert qwen["profiles"] == ["gpu"] and "profiles" not in services["tiny"]
     # an init as PID 1, so a crashed SGLang exits non-zero and restart policies apply
@@ -113,10 +124,16 @@ def test_compose_services_key_lines():
     tiny = services["tiny"]
     assert tiny["image"] == "kit/sglang:sglang-0.5.23-cpu"
     assert tiny["command"] == list(resolve("tiny").argv)
-    assert tiny["environment"] == {"SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_USE_CPU_ENGINE": "1"}
+    assert tiny["environment"] == {**ENV, "SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_USE_CPU_ENGINE": "1"}
     assert tiny["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]  # no curl in the image
     assert tiny["healthcheck"]["start_period"] == "420s"
     assert "deploy" not in tiny
+    # The tiny production architecture: one GPU by default (its TP), the model inside the image.
+    small = services["qwen-tiny"]
+    assert small["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
+    # No HF cache: only the compile cache is mounted.
+    assert small["profiles"] == ["gpu"] and small["volumes"] == [f"{VOLUME}:{MOUNT}"]
+    assert "profiles" not in services["tiny-qwen"]
 
 
 def test_compose_escapes_dollars_from_the_spec():
@@ -177,6 +194,15 @@ def test_lws_single_node_and_multi_node():
     assert "readinessProbe" in template["leaderTemplate"]["spec"]["containers"][0]
     assert "readinessProbe" not in template["workerTemplate"]["spec"]["containers"][0]
     assert multi[1]["kind"] == "Service"
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = template[role]["spec"]
+        container = pod["containers"][0]
+        assert container["securityContext"] == {"capabilities": {"add": ["SYS_PTRACE"]}}
+        assert {"name": "compile-cache", "mountPath": MOUNT} in container["volumeMounts"]
+        assert {"name": "compile-cache", "hostPath": {"path": MOUNT, "type": "DirectoryOrCreate"}} in pod[
+            "volumes"
+        ]
+        assert {"name": "TRITON_CACHE_DIR", "value": ENV["TRITON_CACHE_DIR"]} in container["env"]
     text = render_lws(resolve("qwen-base"), nodes=2)
     assert "&id" not in text and "*id" not in text
     assert len(list(yaml.safe_load_all(text))) == 2
@@ -285,3 +311,93 @@ def test_docker_renderings_run_an_init_so_a_crash_exits_non_zero():
     assert run_kwargs(spec)["init"] is True
     assert docker_run_argv(spec)[:5] == ["docker", "run", "--rm", "-d", "--init"]
     assert " --init " in render_systemd(spec).replace("\\\n", " ").replace("\n", " ")
+
+
+# -- GPU access, the compile cache and SYS_PTRACE in every shape -------------------------------------
+
+WAYS = {
+    "request": GpuWay("gpu-request", "test", True, 4),
+    "request-chosen": GpuWay("gpu-request", "test", True, 4, ("4", "5", "6", "7")),
+    "cdi": GpuWay("cdi", "test", True, 4, ("4", "5", "6", "7")),
+    "runtime": GpuWay("nvidia-runtime", "test", True, 4, ("4", "5", "6", "7")),
+}
+
+
+def test_each_gpu_way_as_docker_run_options():
+    assert gpu_argv(WAYS["request"]) == ["--gpus", "4"]
+    assert gpu_argv(WAYS["request-chosen"]) == ["--gpus", '"device=4,5,6,7"']
+    assert gpu_argv(WAYS["cdi"]) == [p for i in range(4, 8) for p in ("--device", f"nvidia.com/gpu={i}")]
+    assert gpu_argv(WAYS["runtime"]) == ["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=4,5,6,7"]
+    line = " ".join(docker_run_argv(resolve("qwen-base"), way=WAYS["cdi"]))
+    assert "--device nvidia.com/gpu=4" in line and "--gpus" not in line
+    unit = render_systemd(resolve("qwen-base"), way=WAYS["runtime"]).replace("\\\n    ", "")
+    assert "--runtime nvidia" in unit and "NVIDIA_VISIBLE_DEVICES=4,5,6,7" in unit
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_each_gpu_way_in_compose_and_the_sdk(way):
+    spec = resolve("qwen-base")
+    service = compose_document([spec], ways={"qwen-base": WAYS[way]})["services"]["qwen-base"]
+    kwargs = run_kwargs(spec, way=WAYS[way])
+    if way == "cdi":
+        assert service["devices"] == [f"nvidia.com/gpu={i}" for i in range(4, 8)] and "deploy" not in service
+        assert kwargs["device_requests"][0]["Driver"] == "cdi"
+    elif way == "runtime":
+        assert (
+            service["runtime"] == "nvidia" and service["environment"]["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
+        )
+        assert kwargs["runtime"] == "nvidia" and kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
+    else:
+        device = service["deploy"]["resources"]["reservations"]["devices"][0]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert (device.get("device_ids"), device.get("count")) == (
+            (["4", "5", "6", "7"], None) if way == "request-chosen" else (None, 4)
+        )
+    # Whatever the way, the profile's variables win over the cache's, and the cache is mounted.
+    assert kwargs["environment"]["NCCL_DEBUG"] == "WARN" and kwargs["environment"]["TRITON_CACHE_DIR"]
+    assert kwargs["volumes"][VOLUME] == {"bind": MOUNT, "mode": "rw"}
+    assert kwargs["cap_add"] == ["SYS_PTRACE"]
+
+
+def test_compose_with_cdi_devices_validates_against_the_compose_specification(tmp_path):
+    import sys
+
+    tool = Path(sys.executable).with_name("check-jsonschema")
+    if not tool.exists():
+        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
+    for way in ("cdi", "runtime", "request-chosen"):
+        target = tmp_path / f"{way}.yaml"
+        target.write_text(render_compose([resolve("qwen-base")], ways={"qwen-base": WAYS[way]}))
+        done = subprocess.run(
+            [str(tool), "--builtin-schema", "vendor.compose-spec", str(target)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_host_settings_give_preflight_the_cache_and_the_way(monkeypatch):
+    """Preflight's containers take host_settings as they are: its environment is merged by the caller."""
+    spec = resolve("qwen-base")
+    settings = host_settings(spec, 2, way=GpuWay("cdi", "test", True, 2, ("0", "1")))
+    assert settings["environment"] == ENV
+    assert settings["device_requests"][0]["DeviceIDs"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert settings["volumes"] == {VOLUME: {"bind": MOUNT, "mode": "rw"}}
+    cpu = host_settings(resolve("tiny"), 0)
+    assert "device_requests" not in cpu and cpu["shm_size"] == "2g" and cpu["environment"] == ENV
+    monkeypatch.setenv("KIT_COMPILE_CACHE_VOLUME", "kit-compile-cache-test")
+    assert host_settings(resolve("tiny"), 0)["volumes"] == {
+        "kit-compile-cache-test": {"bind": MOUNT, "mode": "rw"}
+    }
+
+
+def test_render_cli_takes_gpus_and_the_way(monkeypatch):
+    code, out, _ = run_cli(["render", "docker", "qwen-base", "--gpus", "4,5,6,7", "--gpu-access", "cdi"])
+    assert code == 0 and "--device nvidia.com/gpu=7" in out
+    monkeypatch.setenv("KIT_GPUS", "0,1")
+    code, _, err = run_cli(["render", "docker", "qwen-base", "--gpu-access", "request"])
+    assert code == 2 and "KIT_GPUS: names 2 GPU(s); qwen-base uses 4" in err
+    code, out, _ = run_cli(["render", "docker", "tiny"])  # a CPU target ignores the variable
+    assert code == 0 and "--gpus" not in out
+    code, out, _ = run_cli(["render", "lws", "qwen-base", "--set", "tp=4"])
+    assert code == 0

@@ -1,11 +1,20 @@
-"""The NVML adapter over a fake pynvml: inventory, a container's GPU usage by host PID, P2P, topology."""
+"""The NVML adapter over a fake pynvml: inventory, a container's GPU usage by host PID, P2P, topology;
+processes counted once per PID; every call guarded, a lost GPU a fact rather than an exception."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kit.runtime.nvml import nvml_missing, open_nvml, read_inventory
-from kit.scenarios.fake_nvml import FakeNvml
+from kit.runtime.nvml import lost_note, nvml_missing, open_nvml, read_inventory
+from kit.scenarios.fake_nvml import (
+    FakeNvml,
+    NVMLError_GpuIsLost,
+    NVMLError_NotSupported,
+    NVMLError_ResetRequired,
+    NVMLError_Unknown,
+)
 
 GiB = 1 << 30
 
@@ -81,6 +90,110 @@ def test_device_usage_sees_every_process():
     nvml.set_utilization(3, 100)
     rows = open_nvml(nvml).device_usage()
     assert rows[3] == (3, GiB, 100, 1) and rows[0] == (0, 0, 0, 0)
+
+
+def test_a_process_in_both_the_compute_and_the_graphics_list_counts_once():
+    nvml = four_cards()
+    nvml.set_process(0, pid=4242, used_bytes=3 * GiB, graphics=True)  # e.g. a CUDA-GL interop context
+    nvml.set_process(0, pid=4243, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    reading = gpus.usage([4242, 4243]).readings[0]
+    assert reading.processes == 2 and reading.memory_used_bytes == 4 * GiB
+    assert gpus.device_usage()[0][3] == 2
+
+
+def test_one_failing_call_costs_that_fact_only():
+    nvml = four_cards()
+    nvml.fail("nvmlDeviceGetUtilizationRates", gpu=1)
+    nvml.fail("nvmlDeviceGetPciInfo")  # every GPU
+    nvml.fail("nvmlDeviceGetGraphicsRunningProcesses", gpu=0)
+    nvml.set_process(1, pid=5, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    inventory = gpus.inventory()
+    assert inventory.count == 4 and not inventory.lost
+    assert all(d.pci_bus_id is None for d in inventory.devices)
+    reading = gpus.usage([5]).readings[0]
+    assert reading.utilization_pct is None and reading.memory_used_bytes == GiB
+
+
+@pytest.mark.parametrize("error", [NVMLError_GpuIsLost, NVMLError_ResetRequired, NVMLError_Unknown])
+def test_a_gpu_lost_before_it_is_opened_is_listed_not_raised(error):
+    nvml = four_cards()
+    nvml.lose(gpu=2, error=error())
+    gpus = open_nvml(nvml)
+    assert gpus is not None and gpus.count == 4
+    inventory = gpus.inventory()
+    assert [d.index for d in inventory.devices] == [0, 1, 3]
+    assert [(g.index, g.error, g.lost) for g in inventory.lost] == [(2, error.words, True)]
+    assert "2" not in gpus.p2p_matrix() and "2" not in gpus.topology()["0"]
+    assert [row[0] for row in gpus.device_usage()] == [0, 1, 3]
+    assert read_inventory(nvml).lost[0].index == 2
+
+
+def test_a_gpu_lost_while_a_container_is_watched_becomes_part_of_the_reading_and_the_note():
+    nvml = four_cards()
+    for gpu in range(4):
+        nvml.set_process(gpu, pid=100 + gpu, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    assert len(gpus.usage([100, 101, 102, 103]).readings) == 4
+    nvml.lose(gpu=1)  # the P2P hang took it: every call on it now says GPU_IS_LOST
+    usage = gpus.usage([100, 101, 102, 103])
+    assert [r.index for r in usage.readings] == [0, 2, 3] and [g.index for g in usage.lost] == [1]
+    note = lost_note(gpus)
+    assert note.startswith("NVML: GPU 1: GPU is lost") and "nvidia-smi -r -i 1" in note
+    assert lost_note(open_nvml(four_cards())) is None and lost_note(None) is None
+
+
+def test_a_refused_required_call_is_recorded_as_an_unreadable_gpu_not_a_lost_one():
+    nvml = four_cards()
+    nvml.fail("nvmlDeviceGetUUID", gpu=3, error=NVMLError_NotSupported())
+    inventory = read_inventory(nvml)
+    assert [d.index for d in inventory.devices] == [0, 1, 2]
+    assert [(g.index, g.lost) for g in inventory.lost] == [(3, False)]
+
+
+CALLS = [
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetHandleByIndex",
+]
+ERRORS = [NVMLError_GpuIsLost, NVMLError_ResetRequired, NVMLError_Unknown, NVMLError_NotSupported]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(CALLS), st.one_of(st.none(), st.integers(0, 3)), st.sampled_from(ERRORS)),
+        max_size=5,
+    )
+)
+def test_no_planted_nvml_failure_escapes_the_adapter(failures):
+    """Whatever call fails on whichever GPU, every reading returns data (doctor and kit up never see a
+    traceback); a device that fails is either read without that fact or listed as lost/unreadable."""
+    nvml = four_cards()
+    nvml.set_process(0, pid=7, used_bytes=GiB)
+    for call, gpu, error in failures:
+        if call == "nvmlDeviceGetHandleByIndex" and gpu is None:
+            continue  # the whole library refusing is "no NVML here", covered above
+        nvml.fail(call, gpu=gpu, error=error())
+    gpus = open_nvml(nvml)
+    assert gpus is not None
+    inventory = gpus.inventory()
+    gpus.usage([7])
+    gpus.device_usage()
+    gpus.p2p_matrix()
+    gpus.topology()
+    listed = {d.index for d in inventory.devices} | {g.index for g in inventory.lost}
+    assert listed == {0, 1, 2, 3}
 
 
 @pytest.mark.gpu

@@ -74,8 +74,8 @@ def test_a_broken_scenario_file_names_the_key(tmp_path):
 
 def _watch(scenario, **options):
     from kit.launch import resolve
+    from kit.logs.limits import limits_from_spec
     from kit.scenarios import ReplaySource
-    from kit.startup.limits import limits_from_spec
     from kit.startup.watch import Watcher
 
     source = ReplaySource(scenario)
@@ -122,3 +122,112 @@ def test_a_fatal_error_from_a_server_that_never_exits_is_judged_after_the_grace(
     watcher, verdict, at = _watch(never_exits, restart_grace_s=30)
     assert verdict.kind == "crashed" and watcher.attempts.number == 1
     assert at <= 110 + 10 + 30 + 5  # the fatal line, the tracker's crash grace, then the hold
+
+
+# -- evidence: every entry says where it comes from ----------------------------------------------
+
+# A public issue (owner/repo#N or its URL), a release's own file (sglang 0.5.x / nccl src/...), or
+# the kit's own notes and issues that cite those.
+_CITATION = (
+    r"(#\d+|https://|sglang[- ]\d+\.\d+|sglang-facts\.md|src/transport|srt/|runner/"
+    r"|kit/logs/attempts\.py|DEVELOPERS guide|docs/startup\.md)"
+)
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_every_log_block_and_activity_shape_cites_where_it_comes_from(name):
+    import re
+
+    scenario = load_scenario(name)
+    for entry in scenario.at:
+        assert re.search(_CITATION, entry.source), f"{name} t={entry.t:g}: {entry.source!r} cites nothing"
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_gpu_memory_is_flat_while_shards_stream(name):
+    # SGLang allocates the weights when it builds the model (model_loader/loader.py): memory jumps at
+    # load start and stays flat while the shards stream into it, so no scenario grows it in load.
+    from kit.scenarios import ReplaySource
+
+    run = run_scenario(name)
+    if run.result is None:
+        pytest.skip("no verdict")
+    source = ReplaySource(load_scenario(name))
+    for span in run.result.timeline:
+        if span.phase != "load" or span.end_s is None or span.end_s - span.start_s < 10:
+            continue
+        early, late = source.sample(span.start_s + 2), source.sample(span.end_s - 1)
+        assert early.gpu_mem_bytes == late.gpu_mem_bytes, f"{name}: GPU memory grows during load"
+
+
+# -- the new GPU-path claims ---------------------------------------------------------------------
+
+
+def test_a_first_run_compile_is_never_hung_and_only_compile_activity_keeps_it_alive():
+    run = run_scenario("first-run-compile")
+    assert run.result.verdict == "ready"
+    # The same replay, with compile writes and live compilers not counted: HUNG in capture, the
+    # verdict the kit gave every cold start before.
+    import dataclasses
+
+    from kit.launch import resolve
+    from kit.logs.limits import limits_from_spec
+    from kit.scenarios import ReplaySource
+    from kit.startup.watch import Watcher
+
+    scenario = load_scenario("first-run-compile")
+    limits = dataclasses.replace(limits_from_spec(resolve(scenario.target)), compile_counts_in=frozenset())
+    verdict = Watcher(ReplaySource(scenario), limits).run()
+    assert (verdict.kind, verdict.phase.value) == ("hung", "capture")
+
+
+def test_a_stall_in_flashinfer_autotune_is_named_after_autotune():
+    run = run_scenario("autotune-stall")
+    result = run.result
+    assert (result.verdict, result.phase) == ("hung", "autotune")
+    assert any(s.phase == "autotune" for s in result.timeline)
+    assert result.likely_causes[0].id in ("autotune-hang", "pcie-acs")
+    assert result.activity.shape == "spinning"
+
+
+def test_a_harmless_traceback_in_load_is_evidence_not_a_verdict():
+    result = run_scenario("harmless-traceback-load").result
+    assert result.verdict == "ready"
+    assert result.survived_errors == ("TP2: ModuleNotFoundError: No module named 'sgl_kernel_fused_gdn'",)
+
+
+def test_p2p_after_init_says_what_nccl_prints_with_cumem_off_and_spares_custom_all_reduce():
+    scenario = load_scenario("p2p-after-init")
+    text = "".join(entry.log or "" for entry in scenario.at)
+    assert "via P2P/IPC" in text and "P2P/CUMEM" not in text  # SGLang sets NCCL_CUMEM_ENABLE=0
+    result = run_scenario("p2p-after-init").result
+    assert "custom-allreduce" not in {c.id for c in result.likely_causes}
+    assert [c.id for c in result.likely_causes[:2]] == ["nccl-p2p", "pcie-acs"]
+    assert any(e.startswith("activity=") for c in result.likely_causes[:2] for e in c.evidence)
+
+
+def test_a_quiet_init_hang_puts_rendezvous_missing_rank_and_bootstrap_first():
+    result = run_scenario("init-hang-tp4").result
+    assert result.activity.shape == "quiet"
+    assert {c.id for c in result.likely_causes[:3]} == {
+        "rendezvous-timeout",
+        "rank-missing",
+        "nccl-bootstrap",
+    }
+
+
+def test_a_quick_restart_ends_the_crashed_attempt_although_the_next_run_is_busy():
+    # The engine starts the server again within half a second of its exit, and the new run imports
+    # (a core busy) for 30 s before its launch line: that activity is not the crashed run's life.
+    scenario = load_scenario("restart-loop")
+    third = next(a for a in scenario.at if a.t == 250)
+    entries = [a for a in scenario.at if a.t < 232]
+    entries += [
+        next(a for a in scenario.at if a.t == 232).model_copy(update={"t": 232.1}),
+        third.model_copy(update={"t": 232.2, "log": None}),
+        third.model_copy(update={"t": 262, "start": False}),
+    ]
+    quick = scenario.model_copy(update={"at": tuple(entries)})
+    watcher, verdict, at = _watch(quick, max_attempts=2)
+    assert (verdict.kind, verdict.phase.value, watcher.attempts.number) == ("crashed", "load", 2)
+    assert at < 262  # judged before the next run's launch line

@@ -5,19 +5,40 @@ from __future__ import annotations
 
 import pytest
 
-from kit.testing import checks
+from kit.launch import resolve
+from kit.testing import checks, serving, speculative
+
+# The tiny production-architecture target (a generated Qwen3.5-MoE with the 122B's config keys and an
+# MTP head, inside the GPU image): the quick GPU workflow's smoke, in about a minute on any sm_120 GPU.
+# Its names, here once; .github/workflows/gpu-quick.yml runs them (tests/smoke/test_gpu_workflows.py).
+TINY_PRODUCTION = ("qwen-tiny", "qwen-tiny-mtp")
+# The production model (234 GB in the HF cache): the nightly workflow, one job per target.
+FULL_MODEL = ("qwen-base", "qwen-mtp")
+
+GPU = [pytest.mark.gpu, pytest.mark.docker]
+FULL = [pytest.mark.full_model, pytest.mark.docker]
+REHEARSAL = [pytest.mark.docker, pytest.mark.slow]
 
 SERVING_TARGETS = [
-    pytest.param("tiny", marks=[pytest.mark.docker, pytest.mark.slow], id="tiny"),
-    pytest.param("qwen-base", marks=[pytest.mark.gpu, pytest.mark.docker], id="qwen-base"),
-    pytest.param("qwen-mtp", marks=[pytest.mark.gpu, pytest.mark.docker], id="qwen-mtp"),
+    pytest.param("tiny", marks=REHEARSAL, id="tiny"),
+    *(pytest.param(t, marks=GPU, id=t) for t in TINY_PRODUCTION),
+    *(pytest.param(t, marks=FULL, id=t) for t in FULL_MODEL),
 ]
-# Only the GPU targets serve a model that can call tools (the tiny rehearsal model cannot).
-TOOL_TARGETS = [t for t in SERVING_TARGETS if t.id != "tiny"]
+# Reference profiles record their greedy answer; speculative ones must reproduce it.
+REFERENCE_TARGETS = [t for t in SERVING_TARGETS if t.id in ("qwen-tiny", "qwen-base")]
+SPECULATIVE_TARGETS = [t for t in SERVING_TARGETS if t.id in ("qwen-tiny-mtp", "qwen-mtp")]
+# The rehearsal's tool call gets a start of its own (the profile's smoke.tool_call_overrides: its
+# reasoning parser holds every grammar back); the GPU targets call the tool on their own server.
+TOOL_TARGETS = [
+    pytest.param(
+        ("tiny", tuple(resolve("tiny").smoke["tool_call_overrides"])), marks=REHEARSAL, id="tiny-tools"
+    ),
+    *(t for t in SERVING_TARGETS if t.id != "tiny"),
+]
 # The fault switch exists only in the CPU rehearsal image.
-FAULT_TARGETS = [pytest.param("tiny", marks=[pytest.mark.docker, pytest.mark.slow], id="tiny")]
+FAULT_TARGETS = [pytest.param("tiny", marks=REHEARSAL, id="tiny")]
 
-serving = pytest.mark.parametrize("kit_server", SERVING_TARGETS, indirect=True)
+serving_targets = pytest.mark.parametrize("kit_server", SERVING_TARGETS, indirect=True)
 
 
 def assert_check(result: checks.CheckResult, server=None) -> None:
@@ -26,34 +47,64 @@ def assert_check(result: checks.CheckResult, server=None) -> None:
     assert result.ok, f"{result.name}: {result.detail} (measured {result.seconds}, limit {result.limit_s})"
 
 
-@serving
+@serving_targets
 def test_every_rank_completes_distributed_init_within_the_init_deadline(kit_server):
     assert_check(checks.init_within_deadline(kit_server.result, kit_server.spec), kit_server)
 
 
-@serving
+@serving_targets
 def test_first_token_on_streaming_chat_within_the_first_token_deadline(kit_server):
     assert_check(checks.first_token_chat(kit_server.url, kit_server.spec), kit_server)
 
 
-@serving
+@serving_targets
 def test_first_token_on_native_generate_within_the_first_token_deadline(kit_server):
     assert_check(checks.first_token_generate(kit_server.url, kit_server.spec), kit_server)
 
 
-@serving
+@serving_targets
 def test_health_generate_is_healthy(kit_server):
     assert_check(checks.health_generate(kit_server.url, kit_server.spec))
 
 
-@serving
+@serving_targets
 def test_greedy_answers_are_identical_twice(kit_server):
     assert_check(checks.greedy_repeatable(kit_server.url, kit_server.spec))
+
+
+@serving_targets
+def test_a_structured_output_request_holds_to_its_json_schema(kit_server):
+    assert_check(checks.structured_output(kit_server.url, kit_server.spec), kit_server)
 
 
 @pytest.mark.parametrize("kit_server", TOOL_TARGETS, indirect=True)
 def test_a_tool_call_comes_back_parsed(kit_server):
     assert_check(checks.tool_call_parsed(kit_server.url, kit_server.spec), kit_server)
+
+
+@pytest.mark.parametrize("kit_server", REFERENCE_TARGETS, indirect=True)
+def test_the_reference_profile_records_its_greedy_answer(kit_server):
+    assert_check(speculative.greedy_reference_recorded(kit_server.url, kit_server.spec), kit_server)
+
+
+@pytest.mark.parametrize("kit_server", SPECULATIVE_TARGETS, indirect=True)
+def test_speculative_decoding_gives_the_reference_profiles_greedy_answer(kit_server):
+    """MTP verifies every draft against the target model: at temperature 0 the tokens must be base's."""
+    assert_check(speculative.greedy_matches_reference(kit_server.url, kit_server.spec), kit_server)
+
+
+@pytest.mark.parametrize("kit_server", SPECULATIVE_TARGETS, indirect=True)
+def test_sglangs_acceptance_length_is_reported_and_above_the_profiles_floor(kit_server):
+    result = speculative.accept_length(kit_server.url, kit_server.spec)
+    print(f"{kit_server.spec.target}: acceptance length {result.detail}")
+    assert_check(result, kit_server)
+
+
+@serving_targets
+def test_the_server_is_still_serving_at_the_end_of_the_window(kit_server):
+    """Last for each server: a crash after READY (under MTP, after structured output) is named."""
+    container = kit_server.container.get_wrapped_container()
+    assert_check(serving.serving_window(kit_server.url, kit_server.spec, container), kit_server)
 
 
 def test_the_tool_call_judge_wants_parsed_tool_calls():

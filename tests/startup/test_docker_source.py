@@ -75,7 +75,7 @@ def test_kit_watch_follows_a_restart_policy_and_judges_the_last_attempt(new_serv
     does not stop at the first crash; it follows the next run of the same container and judges
     attempt 2, counting attempt 1. The engine restarts it at all only because the kit runs an init
     as PID 1: without one a crashed SGLang exits 0 (its self-SIGKILL is ignored by PID 1)."""
-    from kit.runtime.server import start_server
+    from kit.startup.server import start_server
 
     server = start_server(resolve("tiny"), fault="crash-load")
     server.container.update(restart_policy={"Name": "on-failure", "MaximumRetryCount": 5})

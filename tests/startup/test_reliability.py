@@ -149,9 +149,15 @@ def test_down_with_nothing_named_is_one_line_exit_2():
 
 def test_kit_smoke_prints_a_passing_table_for_tiny(new_servers):
     proc = subprocess.run(
-        [*KIT, "smoke", "tiny", "--no-faults", "--json"], capture_output=True, text=True, timeout=400
+        # Two starts: the checks' own, and the tool call's (tiny's smoke.tool_call_overrides).
+        [*KIT, "smoke", "tiny", "--no-faults", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"kit smoke printed no report (exit {proc.returncode}): {proc.stderr[-3000:]}"
+    report = json.loads(lines[-1])
     assert proc.returncode == 0, report
     names = [c["name"] for c in report["checks"]]
     assert names == [
@@ -160,6 +166,9 @@ def test_kit_smoke_prints_a_passing_table_for_tiny(new_servers):
         "first token /generate",
         "health /health_generate",
         "greedy answers repeat",
+        "structured output (JSON schema)",
+        "serving for 10 s",
+        "tool call parsed",  # on a start of its own (tiny's smoke.tool_call_overrides)
     ]
     assert all(c["ok"] for c in report["checks"])
     assert not new_servers()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kit.diagnose.stacks import classify_stack
 from kit.logs import Hung, PhaseLimits, Tracker, parse_text
+from kit.logs.stacks import classify_stack
 from kit.startup.result import UpResult, causes_for, stack_rows, verdict_lines
 
 STACKS = Path(__file__).parents[1] / "fixtures" / "stacks"
@@ -72,3 +72,42 @@ def test_a_planted_fault_is_the_first_likely_cause():
 def test_ready_reads_as_one_line_with_times():
     result = UpResult("tiny", "img", "c", "ready", 0, phase="serving", startup_s=36.2, first_token_s=0.31)
     assert verdict_lines(result) == ["READY tiny after 36.2 s; first token 0.31 s"]
+
+
+def test_a_lost_gpu_is_a_fact_in_the_verdict_and_its_causes():
+    from kit.logs import ActivitySample
+
+    tracker = tracker_after(INIT_HANG_LOG)
+    for t in (2.0, 4.0, 6.0):
+        tracker = tracker.observe_sample(
+            ActivitySample(t=t, cpu_seconds=0.0, gpu_error="NVML could not read the GPUs: GPU is lost")
+        )
+    assert tracker.gpu_error == "NVML could not read the GPUs: GPU is lost"
+    verdict = Hung(
+        phase=tracker.phase, stuck_ranks=("TP0", "TP1"), missing_ranks=(), evidence=(), quiet_for_s=30
+    )
+    causes = [c.id for c in causes_for(verdict, tracker, {}, "cuda")]
+    assert causes[0] == "gpu-lost"
+    result = UpResult("tiny", "i", "c", "hung", 4, phase="init", quiet_for_s=30, gpu_error=tracker.gpu_error)
+    assert "  gpu: NVML could not read the GPUs: GPU is lost" in verdict_lines(result)
+
+
+def test_errors_the_server_went_on_after_are_said_under_the_verdict_not_as_it():
+    from kit.startup.result import error_lines
+
+    log = (
+        "[2026-12-02 14:15:55 TP1] Optional kernel unavailable, falling back\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'y'\n"
+        "[2026-12-02 14:15:59 TP0] Load weight end.\n"
+    )
+    tracker = tracker_after("[2026-12-02 14:15:50 TP0] Load weight begin.\n" + log)
+    assert error_lines(tracker, 100.0) == ("TP1: ModuleNotFoundError: No module named 'y'",)
+    result = UpResult(
+        "tiny", "i", "c", "ready", 0, startup_s=9.0, survived_errors=error_lines(tracker, 100.0)
+    )
+    assert verdict_lines(result) == [
+        "READY tiny after 9.0 s",
+        "  went on after: TP1: ModuleNotFoundError: No module named 'y'",
+    ]

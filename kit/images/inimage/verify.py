@@ -1,16 +1,18 @@
 """What this image really has and does, as one JSON object on stdout: `python /opt/kit/verify.py`.
 
-Copied into every kit image at /opt/kit/verify.py; `kit image verify NAME` copies the kit's own
-version of this file into a fresh container of the image, runs it, and compares the answer with
-images/NAME.toml. It must stay self-contained: the standard library, plus torch when the image has
-it.
+Copied into every kit image at /opt/kit/ with its sibling modules (verify_children.py,
+verify_kernels.py, verify_collective.py, sglang_groups.py); `kit image verify NAME` copies the kit's
+own version of these files into a fresh container of the image, runs this one, and compares the
+answer with images/NAME.toml. They must stay self-contained: the standard library, plus torch and
+sglang in the child processes, when the image has them.
 
 Besides versions it runs three things, each in child processes of its own (started from this file)
 so that a crash or a hang in one is reported, not fatal, and is killed at a deadline:
-- kernels: imports sgl_kernel and flashinfer and runs one sgl_kernel op against torch (on every GPU;
-  in the CPU rehearsal image, the stand-in's op on the CPU);
-- an all_reduce over N ranks, one process per rank: NCCL with one GPU per rank, or gloo on the CPU.
-  The same code either way; only the backend and the device differ;
+- kernels (verify_kernels.py): imports sgl_kernel and flashinfer and runs one sgl_kernel op against
+  torch (on every GPU; in the CPU rehearsal image, the stand-in's op on the CPU);
+- an all_reduce over N ranks (verify_collective.py): the image's SGLang sets up its environment and
+  builds its TP group as the server does (the code `kit preflight` runs, sglang_groups.py), NCCL with
+  one GPU per rank, or gloo on the CPU; the same code either way;
 - `py-spy --version`.
 
 Options: --skip-gpu (never touch CUDA devices), --all-reduce nccl|gloo (--world N for gloo; NCCL
@@ -20,27 +22,26 @@ takes every visible GPU), --collective-timeout S, --no-kernels, --pretty (indent
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime
-import importlib
 import importlib.metadata
 import importlib.util
-import inspect
 import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+SELF = globals().get("__file__")
+"""This file, which the child processes run; None when the probe was started with `python -c`."""
+if SELF:  # its sibling modules, also where it is run with runpy (tests read DISTRIBUTIONS that way)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(SELF)))
+
+from verify_collective import all_reduce, collective_child  # noqa: E402
+from verify_kernels import STAND_IN_MARK, kernels, kernels_child  # noqa: E402
 
 MARKER = "KIT-VERIFY-JSON "
 """Prefixes the JSON line: base images may print banners to stdout before any command runs."""
-EVENT = "KIT-EVENT "
-"""Prefixes a child process's progress lines, so the parent knows where a killed child stood."""
 SCHEMA = 2
 
 # The distributions a manifest pins, plus the ones that would betray drift if present.
@@ -62,20 +63,6 @@ DISTRIBUTIONS = (
 # Modules the CPU rehearsal replaces with stand-ins (kit/rehearsal/shims); located here, never
 # imported in this process unless they are the stand-ins, which are plain Python.
 MODULES = ("sgl_kernel", "torchvision", "flashinfer")
-# Imported by the kernels child (a CUDA build's import can crash or need a driver).
-KERNEL_MODULES = ("sgl_kernel", "flashinfer")
-STAND_IN_MARK = "+kit.cpu.rehearsal"
-
-KERNELS_TIMEOUT_S = 240.0
-"""Importing flashinfer on a cold page cache takes tens of seconds; a hang is killed here."""
-GRACE_S = 5.0
-"""Once one rank has failed, how long the others get before they are killed (they would wait
-for the failed rank until the collective timeout)."""
-ALL_REDUCE_ELEMENTS = 1 << 20
-"""4 MiB of float32: big enough for NCCL's ring/P2P protocols, not only its small-message path."""
-
-SELF = globals().get("__file__")
-"""This file, which the child processes run; None when the probe was started with `python -c`."""
 
 
 # --- facts of this process ----------------------------------------------------------------------
@@ -191,354 +178,6 @@ def py_spy_facts() -> dict:
     return facts
 
 
-# --- child processes ----------------------------------------------------------------------------
-
-
-def emit(**event) -> None:
-    """One progress line from a child (flushed: the child may be killed right after)."""
-    sys.stdout.write(EVENT + json.dumps(event, sort_keys=True) + "\n")
-    sys.stdout.flush()
-
-
-def parse_events(text: str) -> list[dict]:
-    events = []
-    for line in text.splitlines():
-        if line.startswith(EVENT):
-            try:
-                events.append(json.loads(line[len(EVENT) :]))
-            except json.JSONDecodeError:
-                continue
-    return events
-
-
-def _tail(data: bytes, lines: int = 6) -> str:
-    text = data.decode("utf-8", errors="replace").strip().splitlines()
-    return "\n".join(line[:300] for line in text[-lines:])
-
-
-def child_env(*, hide_gpus: bool = False) -> dict:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # The probe's container has no network: loopback is the only interface, for gloo and NCCL.
-    env["GLOO_SOCKET_IFNAME"] = "lo"
-    env["NCCL_SOCKET_IFNAME"] = "lo"
-    # NCCL's warnings reach the report's stderr tails (the causes the kit matches read them).
-    env.setdefault("NCCL_DEBUG", "WARN")
-    if hide_gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
-def run_children(commands: list[list[str]], timeout_s: float, env: dict) -> tuple[list[dict], float]:
-    """Start every command at once, each in its own session; wait for all of them until the
-    deadline (or GRACE_S after the first failure), then kill what is left. Output goes to files,
-    not pipes, so a chatty child (NCCL_DEBUG) can never block on a full pipe."""
-    started = time.monotonic()
-    results = []
-    with tempfile.TemporaryDirectory(prefix="kit-verify-") as tmp:
-        procs = []
-        for index, command in enumerate(commands):
-            out = open(os.path.join(tmp, f"{index}.out"), "w+b")  # noqa: SIM115 (closed below)
-            err = open(os.path.join(tmp, f"{index}.err"), "w+b")  # noqa: SIM115
-            proc = subprocess.Popen(command, stdout=out, stderr=err, env=env, start_new_session=True)
-            procs.append((proc, out, err))
-        deadline = started + timeout_s
-        failed_at = None
-        while True:
-            codes = [proc.poll() for proc, _, _ in procs]
-            now = time.monotonic()
-            if all(code is not None for code in codes) or now >= deadline:
-                break
-            if failed_at is None and any(code not in (None, 0) for code in codes):
-                failed_at = now
-                deadline = min(deadline, now + GRACE_S)
-            time.sleep(0.05)
-        for proc, out, err in procs:
-            killed = proc.poll() is None
-            if killed:
-                with contextlib.suppress(ProcessLookupError):  # it ended just now
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            out.seek(0)
-            err.seek(0)
-            results.append(
-                {
-                    "rc": proc.returncode,
-                    "killed": killed,
-                    "events": parse_events(out.read().decode("utf-8", errors="replace")),
-                    "stderr_tail": _tail(err.read()),
-                }
-            )
-            out.close()
-            err.close()
-    return results, round(time.monotonic() - started, 2)
-
-
-def _ended(result: dict, timeout_s: float) -> str:
-    """How a child that never reported its end ended."""
-    if result["killed"]:
-        return f"did not finish in {timeout_s:g} s (killed)"
-    rc = result["rc"]
-    if rc is not None and rc < 0:
-        return f"the process died of signal {-rc}"
-    return f"the process exited {rc}"
-
-
-# --- kernels: import sgl_kernel and flashinfer, run one sgl_kernel op ----------------------------
-
-
-def _stand_in_op(sgl_kernel, torch) -> dict:
-    """The CPU stand-in's one real op, which SGLang calls on every prefill, against plain indexing."""
-    req_to_token = torch.zeros((3, 8), dtype=torch.int32)
-    out_cache_loc = torch.tensor([10, 11, 12, 20, 21], dtype=torch.int64)
-    sgl_kernel.assign_req_to_token_pool_cpu(
-        torch.tensor([2, 0]), req_to_token, torch.tensor([1, 0]), torch.tensor([4, 2]), out_cache_loc, 8
-    )
-    want = torch.zeros((3, 8), dtype=torch.int32)
-    want[2, 1:4] = torch.tensor([10, 11, 12], dtype=torch.int32)
-    want[0, 0:2] = torch.tensor([20, 21], dtype=torch.int32)
-    ok = bool(torch.equal(req_to_token, want))
-    return {"device": "cpu", "ok": ok, "error": None if ok else "the stand-in wrote other slots than torch"}
-
-
-def _silu_and_mul(sgl_kernel, torch, index: int) -> dict:
-    """SiLU(x[:, :d]) * x[:, d:] (every Qwen MLP layer runs it) on one GPU, against torch."""
-    generator = torch.Generator().manual_seed(1000 + index)
-    x = torch.randn(64, 2 * 512, generator=generator).to(torch.float16)
-    d = x.shape[-1] // 2
-    want = torch.nn.functional.silu(x[:, :d].float()) * x[:, d:].float()
-    got = sgl_kernel.silu_and_mul(x.to(f"cuda:{index}"))
-    torch.cuda.synchronize(index)
-    diff = float((got.float().cpu() - want).abs().max())
-    ok = bool(torch.allclose(got.float().cpu(), want, rtol=2e-2, atol=2e-2))
-    return {
-        "max_diff": round(diff, 6),
-        "ok": ok,
-        "error": None if ok else f"differs from torch by {diff:.3g}",
-    }
-
-
-def _rmsnorm(sgl_kernel, torch, index: int) -> dict:
-    generator = torch.Generator().manual_seed(2000 + index)
-    x = torch.randn(64, 1024, generator=generator).to(torch.float16)
-    w = torch.randn(1024, generator=generator).to(torch.float16)
-    xf = x.float()
-    want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
-    got = sgl_kernel.rmsnorm(x.to(f"cuda:{index}"), w.to(f"cuda:{index}"), 1e-6)
-    torch.cuda.synchronize(index)
-    diff = float((got.float().cpu() - want).abs().max())
-    ok = bool(torch.allclose(got.float().cpu(), want, rtol=2e-2, atol=5e-2))
-    return {
-        "max_diff": round(diff, 6),
-        "ok": ok,
-        "error": None if ok else f"differs from torch by {diff:.3g}",
-    }
-
-
-GPU_OPS = (("silu_and_mul", _silu_and_mul), ("rmsnorm", _rmsnorm))
-"""The first one this sgl_kernel has is run."""
-
-
-def kernels_child(skip_gpu: bool) -> int:
-    try:
-        import torch
-    except Exception as exc:
-        emit(stage="torch", ok=False, error=f"{type(exc).__name__}: {exc}")
-        return 1
-    modules = {}
-    for name in KERNEL_MODULES:
-        if importlib.util.find_spec(name) is None:
-            emit(stage="import", module=name, found=False)
-            continue
-        emit(stage="import begin", module=name)
-        started = time.perf_counter()
-        try:
-            module = importlib.import_module(name)
-        except BaseException as exc:  # SystemExit and friends from a broken build are reported too
-            emit(
-                stage="import", module=name, found=True, ok=False, error=f"{type(exc).__name__}: {exc}"[:1000]
-            )
-            continue
-        modules[name] = module
-        version = getattr(module, "__version__", None)
-        emit(
-            stage="import",
-            module=name,
-            found=True,
-            ok=True,
-            seconds=round(time.perf_counter() - started, 2),
-            version=str(version) if version is not None else None,
-            stand_in=str(version or "").endswith(STAND_IN_MARK),
-        )
-    sgl_kernel = modules.get("sgl_kernel")
-    if sgl_kernel is None:
-        emit(stage="op", ran=False, blocked=True, why="sgl_kernel did not import")
-        return 0
-    if str(getattr(sgl_kernel, "__version__", "")).endswith(STAND_IN_MARK):
-        emit(stage="op begin", name="assign_req_to_token_pool_cpu", device="cpu")
-        try:
-            result = _stand_in_op(sgl_kernel, torch)
-        except Exception as exc:
-            result = {"device": "cpu", "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        emit(stage="op result", **result)
-        emit(stage="op", ran=True, stand_in=True, name="assign_req_to_token_pool_cpu")
-        return 0
-    if skip_gpu:
-        emit(stage="op", ran=False, blocked=True, why="--skip-gpu")
-        return 0
-    if not torch.cuda.is_available():
-        emit(stage="op", ran=False, blocked=True, why="CUDA sees no GPU")
-        return 0
-    name, op = next(((n, f) for n, f in GPU_OPS if hasattr(sgl_kernel, n)), (None, None))
-    if op is None:
-        emit(stage="op", ran=False, why=f"sgl_kernel has none of {', '.join(n for n, _ in GPU_OPS)}")
-        return 0
-    emit(stage="op begin", name=name, device="cuda")
-    for index in range(torch.cuda.device_count()):
-        try:
-            result = op(sgl_kernel, torch, index)
-        except Exception as exc:
-            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:1000]}
-        emit(stage="op result", device=f"cuda:{index}", **result)
-    emit(stage="op", ran=True, stand_in=False, name=name)
-    return 0
-
-
-def kernels(skip_gpu: bool) -> dict:
-    """The kernels child's report: per module import, and the op's results per device."""
-    info: dict = {"ran": False, "imports": {}, "op": {"ran": False, "results": []}}
-    if not SELF:
-        info["why"] = "the probe was not started from a file"
-        return info
-    command = [sys.executable, SELF, "--child-kernels"] + (["--skip-gpu"] if skip_gpu else [])
-    (result,), seconds = run_children([command], KERNELS_TIMEOUT_S, child_env(hide_gpus=skip_gpu))
-    info.update(ran=True, seconds=seconds, rc=result["rc"], killed=result["killed"])
-    info["stderr_tail"] = result["stderr_tail"]
-    op = info["op"]
-    for event in result["events"]:
-        stage = event.pop("stage", None)
-        if stage == "torch":
-            info["error"] = event.get("error")
-        elif stage == "import begin":
-            info["imports"][event["module"]] = {"found": True, "ok": None}
-        elif stage == "import":
-            info["imports"][event.pop("module")] = event
-        elif stage == "op begin":
-            op.update(name=event.get("name"), device=event.get("device"), began=True)
-        elif stage == "op result":
-            op["results"].append(event)
-        elif stage == "op":
-            op.update(event)
-            op.pop("began", None)
-    ended = _ended(result, KERNELS_TIMEOUT_S)
-    for entry in info["imports"].values():
-        if entry.get("found") and entry.get("ok") is None:  # began, never finished
-            entry.update(ok=False, error=f"the import never finished: {ended}")
-    if op.pop("began", None):
-        op.update(ran=True, error=f"the op never finished: {ended}")
-    return info
-
-
-# --- all_reduce over N ranks ---------------------------------------------------------------------
-
-
-def rank_child(rank: int, world: int, backend: str, port: int, timeout_s: float) -> int:
-    emit(stage="start", rank=rank)
-    try:
-        import torch
-        import torch.distributed as dist
-
-        device = torch.device("cpu")
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = torch.device("cuda", rank)
-        kwargs: dict = {
-            "backend": backend,
-            "init_method": f"tcp://127.0.0.1:{port}",
-            "rank": rank,
-            "world_size": world,
-            "timeout": datetime.timedelta(seconds=timeout_s),
-        }
-        # NCCL builds its communicator lazily unless given the device: eager, a hang in NCCL's
-        # own set-up (P2P, ACS) shows as the init stage, not as the collective.
-        if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
-            kwargs["device_id"] = device
-        emit(stage="init")
-        started = time.perf_counter()
-        dist.init_process_group(**kwargs)
-        init_s = round(time.perf_counter() - started, 3)
-        emit(stage="all_reduce", init_s=init_s)
-        tensor = torch.full((ALL_REDUCE_ELEMENTS,), float(rank + 1), dtype=torch.float32, device=device)
-        started = time.perf_counter()
-        dist.all_reduce(tensor)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        reduce_s = round(time.perf_counter() - started, 3)
-        want = world * (world + 1) / 2
-        low, high = float(tensor.min()), float(tensor.max())
-        emit(stage="done", ok=low == high == want, low=low, high=high, want=want, all_reduce_s=reduce_s)
-        dist.destroy_process_group()
-    except Exception as exc:
-        emit(stage="error", error=f"{type(exc).__name__}: {exc}"[:1000])
-        return 1
-    return 0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def all_reduce(backend: str, world: int, timeout_s: float) -> dict:
-    """Sum of (rank + 1) over `world` ranks, one process each; every rank must see the same sum."""
-    info: dict = {
-        "backend": backend,
-        "device": "cuda" if backend == "nccl" else "cpu",
-        "world": world,
-        "elements": ALL_REDUCE_ELEMENTS,
-        "timeout_s": timeout_s,
-        "ran": False,
-    }
-    if world < 1:
-        info["why"] = "CUDA sees no GPU" if backend == "nccl" else "no ranks"
-        return info
-    if not SELF:
-        info["why"] = "the probe was not started from a file"
-        return info
-    port = str(free_port())
-    commands = [
-        [sys.executable, SELF, "--child-rank", str(rank), "--world", str(world), "--backend", backend,
-         "--port", port, "--collective-timeout", str(timeout_s)]
-        for rank in range(world)
-    ]  # fmt: skip
-    results, seconds = run_children(commands, timeout_s, child_env())
-    ranks = []
-    for rank, result in enumerate(results):
-        last = result["events"][-1] if result["events"] else {"stage": "start"}
-        entry = {"rank": rank, "stage": last.get("stage"), "ok": bool(last.get("ok")), "rc": result["rc"]}
-        entry.update({k: last[k] for k in ("low", "high", "want", "all_reduce_s") if k in last})
-        init = next((e["init_s"] for e in result["events"] if "init_s" in e), None)
-        if init is not None:
-            entry["init_s"] = init
-        if last.get("stage") == "error":
-            entry["error"] = last.get("error")
-        elif last.get("stage") != "done":
-            entry["error"] = f"stuck in {last.get('stage')}: {_ended(result, timeout_s)}"
-        if not entry["ok"]:
-            entry["stderr_tail"] = result["stderr_tail"]
-        ranks.append(entry)
-    info.update(
-        ran=True,
-        ok=all(r["ok"] for r in ranks),
-        seconds=seconds,
-        timed_out=any(r["killed"] for r in results),
-        ranks=ranks,
-    )
-    return info
-
-
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -562,14 +201,15 @@ def collect(
         "py_spy": py_spy_facts(),
     }
     if run_kernels:
-        report["kernels"] = kernels(skip_gpu)
+        report["kernels"] = kernels(skip_gpu, SELF)
     if collective == "nccl":
         if skip_gpu:
             report["all_reduce"] = {"backend": "nccl", "ran": False, "why": "--skip-gpu"}
         else:
-            report["all_reduce"] = all_reduce("nccl", facts.get("device_count") or 0, collective_timeout_s)
+            count = facts.get("device_count") or 0
+            report["all_reduce"] = all_reduce("nccl", count, collective_timeout_s, SELF)
     elif collective == "gloo":
-        report["all_reduce"] = all_reduce("gloo", world, collective_timeout_s)
+        report["all_reduce"] = all_reduce("gloo", world, collective_timeout_s, SELF)
     return report
 
 
@@ -583,9 +223,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pretty", action="store_true", help="indented JSON without the marker")
     # Internal: the child processes this file starts.
     parser.add_argument("--child-kernels", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--child-rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-collective", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--env-sources", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -593,8 +233,9 @@ def main(argv: list[str]) -> int:
     args = _arguments(argv)
     if args.child_kernels:
         return kernels_child(args.skip_gpu)
-    if args.child_rank is not None:
-        return rank_child(args.child_rank, args.world, args.backend, args.port, args.collective_timeout)
+    if args.child_collective:
+        sources = json.loads(args.env_sources)
+        return collective_child(args.world, args.backend, args.collective_timeout, sources)
     report = collect(
         args.skip_gpu,
         collective=args.all_reduce,

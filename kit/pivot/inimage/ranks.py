@@ -1,79 +1,86 @@
-"""Preflight ranks: N torch.distributed ranks in one container, step by step. Standalone.
+"""Preflight ranks: the image's SGLang builds its TP group over N ranks in one container, step by step.
 
 This file runs inside the image, never inside the kit: `kit preflight` copies it into a fresh
-container at run time (put_archive), so no image carries it. It imports only the standard library
-and torch. argv[1] names a request (JSON):
+container at run time (put_archive) beside sglang_groups.py (kit/images/inimage/, the code `kit
+image verify` shares), so no image needs to carry either. It imports the standard library, torch
+and, through sglang_groups, the image's sglang. argv[1] names a request (JSON):
 
     {"world_size": 2, "device": "cpu" | "cuda", "backend": "gloo" | "nccl",
      "steps": ["init", "allreduce", "p2p", "sweep"], "until": null | "allreduce",
+     "launch_argv": ["--model-path", "...", "--tp-size", "4", ...], "start_method": null | "spawn",
+     "server_args": ["disable_custom_all_reduce", ...], "env_sources": {"NCCL_DEBUG": "kit", ...},
      "sweep": {"min_bytes": 8, "max_bytes": 134217728, "factor": 2, "iters": 20, "warmup": 5},
      "p2p_bytes": 1048576, "collective_timeout_s": 600, "run_timeout_s": 900}
 
-The launcher imports torch once and forks one process per rank (a second import per rank would
-cost seconds on the CPU rehearsal). Every rank prints its own events on stdout, one line each,
-`KIT_PREFLIGHT {json}`; the kit reads them from the container's output and keeps the deadlines.
+The launcher imports torch (launch), then does what SGLang's launcher does before it spawns its
+schedulers (setup: sglang_groups.prepare: SGLang's arguments and environment), and starts one
+process per rank: forked on CPU, so imports are paid once; spawned on CUDA, as SGLang spawns its
+schedulers (`start_method` in the request overrides it). Every process prints its events on stdout, one line
+each, `KIT_PREFLIGHT {json}`; the kit reads them from the container's output and keeps the deadlines.
 
-    start   a rank is up (its pid, for py-spy)        begin / end   a step, with its seconds and detail
-    progress  one all_reduce size of the sweep (rank 0)  fail   wrong values (a step's check said no)
-    error   an exception in a step                     done   a rank finished every step
-    exit    the launcher saw a rank end (exit code)    timeout   the launcher's own last-resort limit
+    launcher  torch is imported (launch ends)          begin / end   a step (rank -1: the launcher's)
+    start     a rank is up (its pid, for py-spy)       progress  one all_reduce size of the sweep
+    fail      wrong values (a step's check said no)    error     an exception in a step
+    done      a rank finished every step               exit      the launcher saw a rank end
+    timeout   the launcher's own last-resort limit
 
-Steps, the same code on both devices:
-  init       init_process_group (NCCL with device_id: eager communicator set-up; Gloo on CPU)
-  allreduce  an all_reduce of known values, checked element by element
+Steps:
+  setup      (the launcher) SGLang's own argument parser, ServerArgs resolution and
+             _set_envs_and_config: the environment the server's ranks run under, with its sources
+  init       SGLang's own group initialisation (init_distributed_environment,
+             initialize_model_parallel and what the release calls around them, its warm-up
+             all_reduce included); plain torch.distributed where sglang could not be imported
+  allreduce  the kit's all_reduce of known values through SGLang's TP group, checked element by element
   p2p        every rank writes into every other rank's memory through the OS's sharing, and each
              owner checks what arrived: a CUDA IPC handle and a GPU-to-GPU copy on GPUs (as vLLM's
              p2p check does), a shared-memory mapping on CPU
-  sweep      all_reduce from min_bytes to max_bytes by factor (as nccl-tests' all_reduce_perf does):
-             each size checked once, then timed; the slowest rank's time gives algbw and busbw
+  sweep      all_reduce on the TP group from min_bytes to max_bytes by factor (as nccl-tests'
+             all_reduce_perf does): each size checked once, then timed; the slowest rank's time
+             gives algbw and busbw
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import multiprocessing
-import multiprocessing.connection
 import os
-import socket
 import sys
 import time
 import traceback
-from datetime import timedelta
+
+import sglang_groups
 
 MARK = "KIT_PREFLIGHT "
 STEPS = ("init", "allreduce", "p2p", "sweep")
+LAUNCHER = -1
+"""The rank of the launcher's own events (setup)."""
 
 
 def emit(**event) -> None:
     event["t"] = round(time.time(), 3)
-    sys.stdout.write(MARK + json.dumps(event, separators=(",", ":")) + "\n")
+    sys.stdout.write(MARK + json.dumps(event, separators=(",", ":"), default=str) + "\n")
     sys.stdout.flush()
 
 
-class Mismatch(Exception):
-    """A step ran to the end and its check found wrong values."""
+Mismatch = sglang_groups.Mismatch
 
 
 class Rank:
     """One rank's state across steps."""
 
-    def __init__(self, rank: int, request: dict, port: int):
+    def __init__(self, rank: int, request: dict, port: int, prepared: dict):
         import torch
 
         self.torch = torch
         self.rank = rank
         self.request = request
+        self.prepared = prepared
         self.world = int(request["world_size"])
         self.device_kind = request["device"]
-        self.backend = request["backend"]
         self.port = port
+        self.group = None  # the device group the collectives run on (None: torch's default group)
         self.control = None  # a gloo group for the kit's own bookkeeping (never the path under test)
-        if self.device_kind == "cuda":
-            torch.cuda.set_device(rank)
-            self.device = torch.device("cuda", rank)
-        else:
-            self.device = torch.device("cpu")
+        self.device = torch.device("cuda", rank) if self.device_kind == "cuda" else torch.device("cpu")
 
     def sync(self) -> None:
         if self.device_kind == "cuda":
@@ -87,43 +94,24 @@ class Rank:
     # -- steps ------------------------------------------------------------------------------------
 
     def init(self) -> dict:
-        import torch.distributed as dist
-
-        options = {
-            "backend": self.backend,
-            "init_method": f"tcp://127.0.0.1:{self.port}",
-            "rank": self.rank,
-            "world_size": self.world,
-            "timeout": timedelta(seconds=float(self.request.get("collective_timeout_s", 600))),
-        }
-        if self.device_kind == "cuda":
-            options["device_id"] = self.device  # eager NCCL set-up: a communicator hang shows here
-        dist.init_process_group(**options)
-        self.control = dist.new_group(backend="gloo") if self.backend != "gloo" else None
-        detail = {"backend": dist.get_backend()}
+        detail = sglang_groups.init_groups(
+            self.prepared,
+            rank=self.rank,
+            world=self.world,
+            device=self.device_kind,
+            port=self.port,
+            timeout_s=float(self.request.get("collective_timeout_s", 600)),
+        )
+        self.group, self.control = sglang_groups.groups(self.prepared)
         if self.device_kind == "cuda":
             detail["nccl"] = ".".join(str(p) for p in self.torch.cuda.nccl.version())
             detail["device"] = self.torch.cuda.get_device_name(self.device)
         return detail
 
     def allreduce(self) -> dict:
-        import torch.distributed as dist
-
-        torch = self.torch
-        n = 4096
-        pattern = torch.arange(n, dtype=torch.float32, device=self.device) % 7 + 1
-        values = pattern * (self.rank + 1)
-        dist.all_reduce(values)
-        self.sync()
-        expected = pattern * (self.world * (self.world + 1) / 2)
-        wrong = int((values != expected).sum().item())
-        if wrong:
-            first = int((values != expected).nonzero()[0].item())
-            raise Mismatch(
-                f"{wrong} of {n} values wrong after all_reduce "
-                f"(element {first}: {values[first].item()}, expected {expected[first].item()})"
-            )
-        return {"elements": n, "dtype": "float32"}
+        return sglang_groups.checked_all_reduce(
+            self.prepared, rank=self.rank, world=self.world, device=self.device, elements=4096
+        )
 
     def _shared_buffer(self, rows: int, elements: int):
         """A buffer other ranks can write into: (tensor, handle to send them, what keeps it alive)."""
@@ -226,17 +214,17 @@ class Rank:
         while size <= top:
             elements = max(1, size // 4)
             data = torch.full((elements,), float(self.rank + 1), dtype=torch.float32, device=self.device)
-            dist.all_reduce(data)
+            dist.all_reduce(data, group=self.group)
             self.sync()
             if not bool((data == expected).all().item()):
                 raise Mismatch(f"all_reduce of {elements * 4} B gave wrong values")
             for _ in range(warmup):
-                dist.all_reduce(data)
+                dist.all_reduce(data, group=self.group)
             self.sync()
             self.barrier()
             started = time.perf_counter()
             for _ in range(iters):
-                dist.all_reduce(data)
+                dist.all_reduce(data, group=self.group)
             self.sync()
             seconds = torch.tensor([(time.perf_counter() - started) / max(1, iters)], dtype=torch.float64)
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX, group=self.control)  # the slowest rank counts
@@ -264,7 +252,7 @@ def plan_steps(request: dict) -> list[str]:
     return wanted
 
 
-def rank_main(rank: int, request: dict, port: int) -> None:
+def rank_main(rank: int, request: dict, port: int, prepared: dict) -> None:
     try:
         import setproctitle
 
@@ -274,7 +262,7 @@ def rank_main(rank: int, request: dict, port: int) -> None:
     emit(ev="start", rank=rank, pid=os.getpid())
     step = "start"
     try:
-        state = Rank(rank, request, port)
+        state = Rank(rank, request, port, prepared)
         for step in plan_steps(request):
             emit(ev="begin", rank=rank, step=step)
             started = time.perf_counter()
@@ -299,12 +287,7 @@ def rank_main(rank: int, request: dict, port: int) -> None:
         dist.destroy_process_group()
     except Exception:  # tearing down is not under test
         pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    os._exit(0)  # SGLang's groups hold threads and shared memory the kit does not own
 
 
 def main() -> int:
@@ -323,33 +306,21 @@ def main() -> int:
         python=sys.version.split()[0],
         import_s=round(time.monotonic() - started, 3),
     )
-    port = free_port()
-    context = multiprocessing.get_context("fork")
-    processes = {
-        rank: context.Process(target=rank_main, args=(rank, request, port), name=f"rank{rank}")
-        for rank in range(world)
-    }
-    for process in processes.values():
-        process.start()
-    # A last resort only: the kit keeps each step's deadline; this ends a run the kit lost sight of.
-    deadline = started + float(request.get("run_timeout_s", 900))
-    running = dict(processes)
-    codes: dict[int, int] = {}
-    while running:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            emit(ev="timeout", after_s=round(time.monotonic() - started, 1), ranks=sorted(running))
-            for process in running.values():
-                process.kill()
-            return 124
-        sentinels = {process.sentinel: rank for rank, process in running.items()}
-        for ready in multiprocessing.connection.wait(list(sentinels), timeout=min(remaining, 1.0)):
-            rank = sentinels[ready]
-            process = running.pop(rank)
-            process.join()
-            codes[rank] = int(process.exitcode or 0)
-            emit(ev="exit", rank=rank, code=codes[rank])
-    return 0 if not any(codes.values()) else 1
+    emit(ev="begin", rank=LAUNCHER, step="setup")
+    begun = time.perf_counter()
+    prepared = sglang_groups.prepare(request, world=world, device=request["device"])
+    detail = {k: v for k, v in prepared.items() if not k.startswith("_")}
+    emit(ev="end", rank=LAUNCHER, step="setup", s=round(time.perf_counter() - begun, 4), detail=detail)
+    port = sglang_groups.free_port()
+    return sglang_groups.start_ranks(
+        world,
+        rank_main,
+        (request, port, prepared),
+        method=request.get("start_method") or sglang_groups.start_method(request["device"]),
+        timeout_s=float(request.get("run_timeout_s", 900)) - (time.monotonic() - started),
+        on_exit=lambda rank, code: emit(ev="exit", rank=rank, code=code),
+        on_timeout=lambda ranks, after: emit(ev="timeout", after_s=after, ranks=ranks),
+    )
 
 
 if __name__ == "__main__":

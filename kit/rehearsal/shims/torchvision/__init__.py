@@ -40,6 +40,13 @@ class _Placeholder:
     def __repr__(self) -> str:
         return f"<kit rehearsal placeholder {self._path}>"
 
+    # Annotations evaluated at import time combine them with types (`PILImageResampling |
+    # InterpolationMode | None` in transformers' video processors).
+    def __or__(self, other: object) -> _Placeholder:
+        return self
+
+    __ror__ = __or__
+
     # Some code puts enum members in dicts or sets at import time.
     def __hash__(self) -> int:
         return hash(self._path)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from kit.errors import InputError
 from kit.launch import resolve
-from kit.startup.limits import STAGES, limits_from_spec, parse_limit_overrides
+from kit.logs.limits import STAGES, limits_from_spec, parse_limit_overrides
 
 
 def test_limits_come_from_the_catalog_timing():

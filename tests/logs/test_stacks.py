@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit.diagnose.stacks import (
+from kit.logs.stacks import (
     StackKind,
     classify_stack,
     explain_hang,

@@ -1,4 +1,6 @@
-"""A LaunchSpec's timing as the tracker's PhaseLimits, with command-line overrides. Pure."""
+"""A LaunchSpec's timing as the tracker's PhaseLimits, with command-line overrides. Pure.
+
+Here, beside PhaseLimits, so that start-up, bundles and replays all read it from below them."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from kit.errors import InputError
 from kit.logs import PhaseLimits, StageSeconds
 from kit.spec import LaunchSpec
 
-STAGES = ("launch", "init", "load", "memory", "capture", "warmup", "first_token")
+STAGES = ("launch", "init", "load", "memory", "autotune", "capture", "warmup", "first_token")
 # Before the first milestone the server imports SGLang and checks arguments: up to minutes on a
 # cold page cache. A catalog may set `launch` itself; this is the fallback.
 _LAUNCH_DEADLINE_S = 600.0
@@ -50,10 +52,15 @@ def limits_from_spec(
 ) -> PhaseLimits:
     timing = spec.timing
     # first_token has no stall window of its own in the catalog: the warm-up request shares
-    # the warmup window.
-    stall_fallback = {"launch": _LAUNCH_STALL_S, "first_token": timing.stall_windows.get("warmup", 0.0)}
+    # the warmup window. A catalog without an autotune entry gives autotune capture's limits.
+    stall_fallback = {
+        "launch": _LAUNCH_STALL_S,
+        "first_token": timing.stall_windows.get("warmup", 0.0),
+        "autotune": timing.stall_windows.get("capture", 0.0),
+    }
+    deadline_fallback = {"launch": _LAUNCH_DEADLINE_S, "autotune": timing.deadlines.get("capture", 0.0)}
     return PhaseLimits(
-        deadline_s=_seconds(timing.deadlines, deadlines or {}, {"launch": _LAUNCH_DEADLINE_S}),
+        deadline_s=_seconds(timing.deadlines, deadlines or {}, deadline_fallback),
         stall_window_s=_seconds(timing.stall_windows, stall_windows or {}, stall_fallback),
         expected_ranks=spec.ranks,
         cpu_counts_in=frozenset(timing.cpu_progress_in),

@@ -1,0 +1,155 @@
+"""`kit watch --pid N | --unit NAME`: follow a server that runs as host processes to its verdict.
+
+The same Watcher, verdicts, stacks and bundle as `kit watch CONTAINER` (kit/startup/up.py), over a
+HostSource (kit/runtime/host_source.py). Limits come from the catalog target when one is given (or
+the target whose model path the argv serves), else the tracker's defaults. The watched processes
+are never signalled, stopped or restarted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from kit.diagnose.host_record import image_label
+from kit.diagnose.record import HostServer, record_run
+from kit.errors import CheckFailed, ExitCode, InputError
+from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready
+from kit.output import jsonable
+from kit.runtime import processes as procs
+from kit.runtime.host_source import HostSource
+from kit.runtime.http import chat_first_token
+from kit.runtime.nvml import open_nvml, read_inventory
+from kit.runtime.server import new_session_id
+from kit.startup.result import UpResult
+from kit.startup.up import _result, collect_stacks
+from kit.startup.watch import Progress, Watcher
+
+
+def default_limits(deadlines: Mapping[str, float], stall_windows: Mapping[str, float]) -> PhaseLimits:
+    """The tracker's default limits with command-line overrides (no target to take them from)."""
+    base = PhaseLimits()
+    return dataclasses.replace(
+        base,
+        deadline_s=dataclasses.replace(base.deadline_s, **deadlines),
+        stall_window_s=dataclasses.replace(base.stall_window_s, **stall_windows),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class HostWatch:
+    """What `kit watch` was asked to follow on this host."""
+
+    pid: int | None = None
+    unit: str | None = None
+    log: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.pid is None) == (self.unit is None):
+            raise InputError("--pid | --unit", "give exactly one of --pid N or --unit NAME", "see --help")
+
+    def source(self, *, gpus) -> HostSource:
+        if self.pid is not None:
+            return HostSource.for_pid(self.pid, log=self.log, gpus=gpus)
+        return HostSource.for_unit(str(self.unit), log=self.log, gpus=gpus)
+
+
+def _ended_message(exception: str | None, source: HostSource) -> str | None:
+    """The watcher names a stopped server as a container; here it is a process or a unit."""
+    if not exception or not exception.startswith("the server container"):
+        return exception
+    rest = exception.removeprefix("the server container").strip()
+    if rest == "exited with code None":
+        return f"the server process ({source.name}) ended; only its parent knows its exit code"
+    return f"the server ({source.name}) {rest}"
+
+
+def run_watch_host(
+    what: HostWatch,
+    spec,
+    limits: PhaseLimits,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    first_token: bool = False,
+    max_attempts: int = 3,
+) -> UpResult:
+    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle."""
+    argv = procs.read_cmdline(what.pid) if what.pid is not None else None
+    device = spec.device if spec is not None else _device(argv)
+    gpus = open_nvml() if device == "cuda" else None
+    inventory = gpus.inventory() if gpus is not None else read_inventory()
+    source = what.source(gpus=gpus)
+    main = source.where.main_pid()
+    argv = argv or (procs.read_cmdline(main) if main else None) or []
+    target = spec.target if spec is not None else "host"
+    image = image_label(main)
+    try:
+        watcher = Watcher(source, limits, max_attempts=max_attempts)
+        try:
+            verdict = watcher.run(on_progress)
+        except KeyboardInterrupt:
+            return UpResult(target, image, source.name, "interrupted", int(ExitCode.INTERRUPTED))
+        now = source.clock()
+        stacks = collect_stacks(source) if isinstance(verdict, (Hung, Deadline)) else {}
+        result = _result(target, image, source.name, verdict, watcher, now, stacks, device, gpus=inventory)
+        if isinstance(verdict, Crashed):
+            result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
+        result = dataclasses.replace(result, notes=(*result.notes, *source.notes))
+        if isinstance(verdict, Ready) and first_token:
+            result = _first_token(result, argv, limits)
+        if result.verdict != "ready":
+            pid = source.where.main_pid() or main
+            recorded = record_run(
+                new_session_id(),
+                source,
+                spec,
+                limits,
+                stacks,
+                jsonable(result),
+                host=HostServer(pid, what.unit),
+            )
+            result = dataclasses.replace(
+                result,
+                diagnostics=str(recorded.folder),
+                bundle=str(recorded.bundle) if recorded.bundle else None,
+                notes=(*result.notes, recorded.note) if recorded.note else result.notes,
+            )
+        return result
+    finally:
+        source.close()
+        if gpus is not None:
+            gpus.close()
+
+
+def _device(argv: list[str] | None) -> str:
+    from kit.diagnose.hostenv import launch_facts
+
+    return launch_facts(argv or []).device
+
+
+def _first_token(result: UpResult, argv: list[str], limits: PhaseLimits) -> UpResult:
+    from kit.diagnose.hostenv import launch_facts
+
+    facts = launch_facts(argv)
+    if not facts.model:
+        return dataclasses.replace(
+            result, notes=(*result.notes, "no --model-path in the argv: no first token")
+        )
+    try:
+        token = chat_first_token(
+            facts.base_url, facts.model, timeout_s=limits.deadline_s.first_token, api_key=facts.api_key
+        )
+    except CheckFailed as exc:
+        return dataclasses.replace(
+            result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
+        )
+    return dataclasses.replace(
+        result,
+        first_token_s=round(token.first_token_s, 3),
+        first_token_endpoint=token.endpoint,
+        first_token_in=token.first_in,
+        reply=token.text or token.reasoning,
+    )
+
+
+__all__ = ["HostWatch", "default_limits", "run_watch_host"]

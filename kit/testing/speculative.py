@@ -1,0 +1,247 @@
+"""Checks that catch a bad speculative decoder after READY, where a first token proves nothing.
+
+- **The greedy answer is the reference profile's.** Speculative decoding verifies every draft token
+  against the target model, so at temperature 0 it cannot change what is generated. A start of the
+  reference profile (the model's non-speculative `base`, same image and TP) records its greedy token
+  ids; a start of the speculative profile must give the same ids. Upstream failures after READY on
+  hybrid GDN models with NEXTN (token id 0 loops, sglang#36537) differ at once.
+- **SGLang's acceptance length**, printed and held to the profile's floor (smoke.min_accept_length,
+  default 1.0: accepted drafts + 1 per verify step can only be lower when something is broken).
+  Where 0.5.23 reports it (read from the sglang-0.5.23 wheel):
+    /server_info -> internal_states[i]["avg_spec_accept_length"]
+        srt/entrypoints/http_server.py `server_info` gathers the schedulers' internal states;
+        srt/managers/scheduler_components/internal_state.py `_add_speculative` adds the key:
+        accepted tokens / verify steps since start (metrics_reporter counters)
+    /metrics -> gauge `sglang:spec_accept_length` (only with --enable-metrics)
+        srt/observability/metrics_collector.py, set at every decode log interval
+    /generate meta_info["spec_accept_length"] per request
+        srt/managers/tokenizer_manager.py: completion_tokens / spec_verify_ct
+
+The reference lives in the kit's cache (~/.cache/kit/smoke/greedy/), keyed by model, revision, image,
+profile, TP, prompt and length, so the base and MTP starts may be separate jobs (the nightly workflow
+carries the file from one to the other).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kit import paths
+from kit.catalog import Smoke, load_catalog
+from kit.errors import CheckFailed
+from kit.spec import LaunchSpec
+from kit.testing import answers
+from kit.testing.checks import CheckResult
+
+MIN_ACCEPT_LENGTH = 1.0
+
+
+def smoke_of(spec: LaunchSpec) -> Smoke:
+    return Smoke.model_validate(spec.smoke)
+
+
+def is_speculative(spec: LaunchSpec) -> bool:
+    return any(a.startswith("--speculative-algo") for a in spec.argv)
+
+
+def reference_profile(spec: LaunchSpec) -> str | None:
+    """The profile whose greedy answer a speculative profile must reproduce (None: not speculative)."""
+    if not is_speculative(spec):
+        return None
+    named = smoke_of(spec).greedy_reference
+    if named:
+        return named
+    profiles = load_catalog().models[spec.model].profiles
+    base = profiles.get("base")
+    return "base" if base is not None and not base.get("speculative") else None
+
+
+def references_wanted(spec: LaunchSpec) -> bool:
+    """Does a speculative profile of this model compare against this (non-speculative) profile?"""
+    if is_speculative(spec):
+        return False
+    for table in load_catalog().models[spec.model].profiles.values():
+        if not table.get("speculative"):
+            continue
+        named = (table.get("smoke") or {}).get("greedy_reference") or "base"
+        if named == spec.profile:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class ReferenceKey:
+    model: str
+    revision: str
+    image: str
+    profile: str
+    tp: int
+    prompt: str
+    tokens: int
+
+    @property
+    def file(self) -> Path:
+        digest = hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:16]
+        return reference_dir() / f"{self.model}-{self.profile}-{digest}.json"
+
+
+def reference_dir() -> Path:
+    return paths.cache_dir() / "smoke" / "greedy"
+
+
+def key_for(spec: LaunchSpec, profile: str) -> ReferenceKey:
+    tokens = smoke_of(spec).greedy_tokens
+    return ReferenceKey(
+        spec.model, spec.hf_revision or "-", spec.image, profile, spec.ranks, answers.PROMPT, tokens
+    )
+
+
+def save_reference(key: ReferenceKey, target: str, answer: answers.Greedy) -> Path:
+    key.file.parent.mkdir(parents=True, exist_ok=True)
+    record = {"key": key.__dict__, "target": target, "ids": list(answer.ids), "text": answer.text}
+    record["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    tmp = key.file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, key.file)
+    return key.file
+
+
+def load_reference(key: ReferenceKey) -> dict[str, Any] | None:
+    try:
+        record = json.loads(key.file.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("key") == key.__dict__ else None
+
+
+def first_difference(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
+    """Index of the first token that differs (or where one ends), None when equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _timeout(spec: LaunchSpec) -> float:
+    return spec.timing.deadlines["first_token"] + 120.0
+
+
+def greedy_reference_recorded(base_url: str, spec: LaunchSpec) -> CheckResult:
+    """A non-speculative profile that a speculative one compares against records its greedy ids."""
+    name = "greedy reference recorded"
+    key = key_for(spec, spec.profile)
+    try:
+        answer = answers.greedy(base_url, spec, key.tokens, timeout_s=_timeout(spec))
+    except CheckFailed as exc:
+        return CheckResult(name, False, exc.one_line())
+    if len(answer.ids) != key.tokens:
+        return CheckResult(
+            name, False, f"asked for {key.tokens} tokens, got {len(answer.ids)}", answer.seconds
+        )
+    path = save_reference(key, spec.target, answer)
+    return CheckResult(name, True, f"{key.tokens} tokens {answer.text[:30]!r} -> {path}", answer.seconds)
+
+
+def greedy_matches_reference(base_url: str, spec: LaunchSpec) -> CheckResult:
+    """The speculative profile's greedy ids equal the reference profile's, token for token."""
+    name = "greedy answer = reference profile's"
+    profile = reference_profile(spec)
+    if profile is None:
+        return CheckResult(name, False, f"{spec.profile} names no reference profile (smoke.greedy_reference)")
+    key = key_for(spec, profile)
+    record = load_reference(key)
+    if record is None:
+        return CheckResult(
+            name,
+            False,
+            f"no greedy answer of profile '{profile}' recorded for {spec.model} on {spec.image} "
+            f"(TP {spec.ranks}): run the smoke of a '{profile}' target first (it records {key.file.name})",
+        )
+    try:
+        answer = answers.greedy(base_url, spec, key.tokens, timeout_s=_timeout(spec))
+    except CheckFailed as exc:
+        return CheckResult(name, False, exc.one_line())
+    at = first_difference(answer.ids, record["ids"])
+    if at is None:
+        return CheckResult(
+            name,
+            True,
+            f"{key.tokens} tokens equal to {record['target']}'s: {answer.text[:30]!r}",
+            answer.seconds,
+        )
+    zeros = sum(1 for i in answer.ids if i == 0)
+    aside = f"; {zeros} of them token id 0" if zeros else ""
+    ours, theirs = answer.ids[at : at + 4], record["ids"][at : at + 4]
+    detail = (
+        f"token {at} differs from {record['target']}'s: {ours} vs {theirs}"
+        f" ({answer.text[:30]!r} vs {record['text'][:30]!r}){aside}"
+    )
+    return CheckResult(name, False, detail, answer.seconds)
+
+
+# -- acceptance length ---------------------------------------------------------------------------------
+
+
+def accept_length_from_server_info(document: Any) -> float | None:
+    """The mean of internal_states[*].avg_spec_accept_length (one state per DP rank), or None."""
+    states = document.get("internal_states") if isinstance(document, dict) else None
+    values = [
+        float(s["avg_spec_accept_length"])
+        for s in states or ()
+        if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
+    ]
+    return sum(values) / len(values) if values else None
+
+
+_GAUGE = re.compile(r"^sglang:spec_accept_length(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+
+
+def accept_length_from_metrics(text: str) -> float | None:
+    """The Prometheus gauge sglang:spec_accept_length (the mean over its label sets), or None."""
+    values = [float(v) for v in _GAUGE.findall(text)]
+    values = [v for v in values if v > 0]  # 0 until the first decode log interval
+    return sum(values) / len(values) if values else None
+
+
+def read_accept_length(base_url: str, spec: LaunchSpec) -> tuple[float | None, str]:
+    headers = answers._headers(spec)
+    try:
+        info = httpx.get(f"{base_url}/server_info", headers=headers, timeout=30.0)
+        if info.status_code == 200:
+            value = accept_length_from_server_info(info.json())
+            if value is not None:
+                return value, "/server_info internal_states avg_spec_accept_length"
+        metrics = httpx.get(f"{base_url}/metrics", headers=headers, timeout=30.0)
+        if metrics.status_code == 200:
+            value = accept_length_from_metrics(metrics.text)
+            if value is not None:
+                return value, "/metrics sglang:spec_accept_length"
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None, "neither /server_info's internal states nor /metrics report it"
+
+
+def accept_length(base_url: str, spec: LaunchSpec) -> CheckResult:
+    """SGLang's average acceptance length, after at least one greedy request, against the floor."""
+    name = "speculative acceptance length"
+    floor = smoke_of(spec).min_accept_length or MIN_ACCEPT_LENGTH
+    try:  # decode steps to measure: the greedy request of the reference check may not have run
+        answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
+    except CheckFailed as exc:
+        return CheckResult(name, False, exc.one_line())
+    value, source = read_accept_length(base_url, spec)
+    if value is None:
+        return CheckResult(name, False, f"not reported: {source}")
+    per_request = answer.meta.get("spec_accept_length")
+    aside = f"; this request {per_request:.2f}" if isinstance(per_request, int | float) else ""
+    detail = f"{value:.2f} (floor {floor:g}) from {source}{aside}"
+    return CheckResult(name, value >= floor, detail)

@@ -1,0 +1,47 @@
+"""`kit smoke` exits as `kit up` on a start that does not reach READY: a planted init hang in the CPU
+rehearsal is HUNG, exit 4 (before issue 20 it was 1, as for any failed check), and nothing is left."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kit.errors import ExitCode
+from kit.launch import resolve
+from kit.runtime.engine import image_exists
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _rehearsal_image():
+    spec = resolve("tiny")
+    if not image_exists(spec.image_ref):
+        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+
+
+def test_smoke_on_a_hung_start_exits_hung_as_up_does(new_servers):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit",
+            "smoke",
+            "tiny",
+            "--no-faults",
+            "--fault",
+            "hang-init:rank=1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == ExitCode.HUNG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert (report["startup"], report["startup_exit_code"]) == ("hung", ExitCode.HUNG)
+    assert any(not check["ok"] for check in report["checks"])  # "server ready" failed, and says HUNG
+    assert new_servers() == []  # the hung server was removed
