@@ -34,6 +34,7 @@ def smoke(
 
     A start that does not reach READY exits as `kit up` does (CRASHED, HUNG, DEADLINE); after READY,
     any failed check is FAILED."""
+    from kit.cli.signals import interruptible
     from kit.launch import api_key_from_env
     from kit.model import require_model
     from kit.startup import limits_from_spec
@@ -50,6 +51,7 @@ def smoke(
     )
     api_key_from_env(spec, required=bool(spec.api_key_env))
     out = console()
+    interruptible()  # Ctrl-C and SIGTERM unwind through run_smoke's cleanup: no container stays
 
     def progress(check) -> None:
         if not as_json:

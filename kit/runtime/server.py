@@ -93,11 +93,16 @@ def start_container(
         try:
             with translated(f"starting {spec.image_ref}"):
                 container = _run(kwargs, gpus=way is not None)
+            server = RunningServer(container, spec, name, session, None, described, tuple(refused))
+            server.host_port = published_port(container, spec.port)
         except _Refused as exc:
             refused.append(f"{described}: {exc}")
             continue
-        server = RunningServer(container, spec, name, session, None, described, tuple(refused))
-        server.host_port = published_port(container, spec.port)
+        except BaseException:
+            # Ctrl-C/SIGTERM (or an engine error) between create and return: nobody holds the
+            # container yet, so nobody else would remove it.
+            _remove_named(name)
+            raise
         return server
     raise EnvironmentProblem(
         f"no way to give {spec.target}'s container {spec.gpus} GPU(s) worked on this engine",
@@ -184,6 +189,12 @@ def logs_text(container: Container, tail: int | str = "all") -> str:
         return container.logs(stdout=True, stderr=True, tail=tail).decode("utf-8", "replace")
     except DockerException:
         return ""
+
+
+def _remove_named(name: str) -> None:
+    """Best effort, on the way out of a failed start: the container called NAME, if it was made."""
+    with contextlib.suppress(DockerException, requests.RequestException):
+        client().containers.get(name).remove(force=True, v=True)
 
 
 def remove(container: Container) -> bool:

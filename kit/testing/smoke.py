@@ -98,7 +98,7 @@ def run_smoke(
     finally:
         runtime.remove(server.container)  # raises a KitError naming the container if it cannot
     if tool_spec is not None and up.verdict == "ready":
-        tools = runtime.start_server(tool_spec, diagnose=True)
+        tools = start_server(tool_spec, diagnose=True)
         try:
             ready = follow_container(
                 tools.container, tool_spec, limits, session=tools.session, first_token=False
