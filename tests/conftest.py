@@ -9,6 +9,7 @@ missing (a GPU runner turns their skips into failures with --kit-require-gpu, se
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
@@ -27,3 +28,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 pytest_plugins = ["pytester"]
+
+TEST_LABEL = "io.kit.test"
+
+
+@pytest.fixture
+def new_servers(monkeypatch):
+    """A callable listing the server containers this test started, removed afterwards.
+
+    The engine may be shared (a session-scoped server from tests/smoke, a parallel test worker,
+    another developer's run, on a GPU runner the production server), so each test marks what it
+    starts with its own label (KIT_RUN_LABELS, which the kit puts on every container it starts;
+    subprocesses inherit it) and looks at, and cleans up, only containers carrying it."""
+    from kit.runtime.engine import client
+    from kit.runtime.server import RUN_LABELS
+
+    mark = f"{TEST_LABEL}={secrets.token_hex(6)}"
+    monkeypatch.setenv(RUN_LABELS, mark)
+
+    def created_since() -> list:
+        return client().containers.list(all=True, filters={"label": mark})
+
+    yield created_since
+    for container in created_since():
+        container.remove(force=True)

@@ -38,28 +38,6 @@ def _rehearsal_image():
         pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
 
 
-# Every kit command of this module runs with KIT_RUN_LABELS naming this label, so the containers it
-# starts carry it: the engine is shared with other people's servers, which these tests never touch.
-RUN_MARK = uuid.uuid4().hex[:8]
-
-
-def _servers() -> list:
-    return client().containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN_MARK}"})
-
-
-@pytest.fixture
-def new_servers():
-    """The kit's server containers this test started (by this module's label); removed afterwards."""
-    before = {c.id for c in _servers()}
-
-    def created_since() -> list:
-        return [c for c in _servers() if c.id not in before]
-
-    yield created_since
-    for container in created_since():
-        container.remove(force=True)
-
-
 def kit(*args: str, env: dict | None = None, timeout: float = 400) -> tuple[int, dict, str]:
     """Run the CLI with --json; (exit code, the last result line, stdout+stderr)."""
     proc = subprocess.run(
@@ -67,7 +45,7 @@ def kit(*args: str, env: dict | None = None, timeout: float = 400) -> tuple[int,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "KIT_RUN_LABELS": f"{TEST_LABEL}={RUN_MARK}", **(env or {})},
+        env={**os.environ, **(env or {})},  # KIT_RUN_LABELS: new_servers' label
     )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     results = [line for line in lines if line.get("type") == "result"]

@@ -1,13 +1,9 @@
-"""Shared by the rehearsal docker tests: the rehearsal image with this checkout's fault switch, and
-the server containers *this test* started (by its own label, KIT_RUN_LABELS)."""
+"""Shared by the rehearsal docker tests: the rehearsal image with this checkout's fault switch (the
+server containers *this test* started: tests/conftest.py's new_servers)."""
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
-
-TEST_LABEL = "io.kit.test"
 
 
 @pytest.fixture(scope="session")
@@ -24,20 +20,3 @@ def faults_image(tmp_path_factory):
     image = make(tmp_path_factory.mktemp("faults-image"), prefix="verdicts-test")
     yield image
     image.remove()
-
-
-@pytest.fixture
-def new_servers(monkeypatch):
-    """A callable listing the server containers this test started (by its own label)."""
-    from kit.runtime.engine import client
-    from kit.runtime.server import RUN_LABELS
-
-    mark = f"{TEST_LABEL}={secrets.token_hex(6)}"
-    monkeypatch.setenv(RUN_LABELS, mark)
-
-    def created_since() -> list:
-        return client().containers.list(all=True, filters={"label": mark})
-
-    yield created_since
-    for container in created_since():
-        container.remove(force=True)

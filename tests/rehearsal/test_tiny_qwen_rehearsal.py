@@ -34,24 +34,6 @@ def image(tmp_path_factory):
     built.remove()
 
 
-@pytest.fixture
-def new_servers(monkeypatch):
-    """The server containers this test started, by its own label (as tests/startup/conftest.py)."""
-    import secrets
-
-    from kit.runtime.server import RUN_LABELS
-
-    mark = f"io.kit.test={secrets.token_hex(6)}"
-    monkeypatch.setenv(RUN_LABELS, mark)
-
-    def created() -> list:
-        return client().containers.list(all=True, filters={"label": mark})
-
-    yield created
-    for container in created():
-        container.remove(force=True)
-
-
 TWICE = " && ".join(
     [
         "python /opt/kit/rehearsal/tiny_qwen3_5.py /tmp/a >/dev/null",
