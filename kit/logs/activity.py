@@ -66,16 +66,23 @@ def what_moved(
     dt = after.t - before.t
     if dt <= 0:
         return None
-    if _delta(before.read_bytes, after.read_bytes) >= min_read_bytes:
-        return "disk"
-    if _delta(before.net_rx_bytes, after.net_rx_bytes) >= min_net_bytes:
-        return "network"
+    if moved := _io_moved(before, after, min_read_bytes, min_net_bytes):
+        return moved
     if _delta(before.gpu_mem_bytes, after.gpu_mem_bytes) >= min_gpu_mem_bytes:
         return "gpu memory"
     if compile_counts and _compiling(before, after, min_compile_bytes):
         return "compile"
     if cpu_counts and _delta(before.cpu_seconds, after.cpu_seconds) / dt >= cpu_busy_cores:
         return "cpu"
+    return None
+
+
+def _io_moved(before: ActivitySample, after: ActivitySample, min_read_bytes: int, min_net_bytes: int):
+    """'disk' or 'network' when that counter moved by its minimum: both progress and life."""
+    if _delta(before.read_bytes, after.read_bytes) >= min_read_bytes:
+        return "disk"
+    if _delta(before.net_rx_bytes, after.net_rx_bytes) >= min_net_bytes:
+        return "network"
     return None
 
 
@@ -98,10 +105,8 @@ def signs_of_life(
     dt = after.t - before.t
     if dt <= 0:
         return None
-    if _delta(before.read_bytes, after.read_bytes) >= min_read_bytes:
-        return "disk"
-    if _delta(before.net_rx_bytes, after.net_rx_bytes) >= min_net_bytes:
-        return "network"
+    if moved := _io_moved(before, after, min_read_bytes, min_net_bytes):
+        return moved
     gpu_before, gpu_after = before.gpu_mem_bytes, after.gpu_mem_bytes
     if gpu_before is not None and gpu_after is not None and abs(gpu_after - gpu_before) >= min_gpu_mem_bytes:
         return "gpu memory"
