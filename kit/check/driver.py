@@ -401,6 +401,15 @@ def _noop_module(name: str) -> types.ModuleType:
     return module
 
 
+def _where(exc: BaseException) -> str:
+    """The frames nearest the raise, 'file:line < file:line', so an import failure in a dependency
+    names the dependency and who imported it (a package drifting under an unpinned requirement)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return " < ".join(f"{'/'.join(f.filename.split('/')[-2:])}:{f.lineno}" for f in reversed(frames))
+
+
 def _internal(cell: dict, exc_type: str, message: str) -> dict:
     return {
         "id": cell.get("id"),
@@ -497,7 +506,7 @@ def _serve_group(cells: list[dict], workdir: str, stubbed: list[str], timeout: f
         from sglang.srt import server_args  # noqa: F401 - the import is the point: children share it
     except BaseException as exc:
         for cell in cells:
-            emit(_internal(cell, type(exc).__name__, f"importing sglang: {exc}"))
+            emit(_internal(cell, type(exc).__name__, f"importing sglang: {exc} ({_where(exc)})"))
         return
     model_dirs: dict[str, str] = {}
     mine = tempfile.mkdtemp(prefix="group-", dir=workdir)
