@@ -17,6 +17,7 @@ TINY_ARGV = (
     "--reasoning-parser", "deepseek-r1",
     "--host", "0.0.0.0",
     "--port", "30000",
+    "--sleep-on-idle",  # the profile's extra_args come last
 )  # fmt: skip
 
 

@@ -71,7 +71,8 @@ def test_sglang_json_is_the_spec():
 def test_sglang_text_quotes_for_the_shell():
     text = render_sglang(resolve("tiny"))
     assert "SGLANG_CPU_OMP_THREADS_BIND='0|1' \\\n" in text
-    assert text.endswith("  --port 30000\n")
+    assert "  --port 30000 \\\n" in text
+    assert text.endswith("  --sleep-on-idle\n")  # the last argument ends the command: no trailing '\\'
 
 
 def test_docker_run_for_qwen_has_gpus_ipc_ulimits_cache_and_a_local_port():
