@@ -12,7 +12,8 @@ restarts: K launches of the same server in one log (journald of a unit with Rest
           was quadratic here (420k lines: 28 s).
 
 real:     real corpus logs repeated as the launches of a restarting server (tests/fixtures: every
-          line as SGLang printed it): three GPU start-ups that end ready (tp4 L4 0.4.3, tp1
+          line as SGLang printed it, each repeat's wall-clock stamps an hour after the last
+          repeat's, as a restarted server prints them): three GPU start-ups that end ready (tp4 L4 0.4.3, tp1
           0.4.2, EAGLE 0.4.4), the kit's own CPU rehearsal start-up (0.5.23, tp2), a multi-node
           main node stuck in init, and a tp2 capture OOM crash (under the rehearsal's launch
           line, as the crash excerpt has none); the last launch is the tp16 node that hangs in
@@ -36,12 +37,14 @@ import argparse
 import json
 import os
 import random
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
@@ -255,8 +258,24 @@ def _fixture(name: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+_WALL_STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+
+
+def _restamped(text: str, shift_s: int) -> str:
+    """TEXT with every wall-clock stamp moved SHIFT_S seconds later: a server that starts again
+    prints the same lines at new times, so no two launches of a real restart log are the same bytes
+    (a reader that skipped byte-identical launches would measure nothing real here)."""
+    if not shift_s:
+        return text
+    step = timedelta(seconds=shift_s)
+    return _WALL_STAMP.sub(
+        lambda m: (datetime.fromisoformat(m[0]) + step).strftime("%Y-%m-%d %H:%M:%S"), text
+    )
+
+
 def real_restarts(lines: int) -> tuple[str, int]:
-    """Real launches repeated until the log has about `lines` lines; (text, launches)."""
+    """Real launches repeated until the log has about `lines` lines, each repeat restamped an hour
+    after the one before; (text, launches)."""
     launch_line = next(
         line for line in _fixture("kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log").splitlines()
         if "server_args=" in line
@@ -269,7 +288,7 @@ def real_restarts(lines: int) -> tuple[str, int]:
     out: list[str] = []
     count = 0
     while count < lines - last.count("\n"):
-        piece = pieces[len(out) % len(pieces)]
+        piece = _restamped(pieces[len(out) % len(pieces)], 3600 * (len(out) // len(pieces)))
         out.append(piece)
         count += piece.count("\n")
     out.append(last)
