@@ -38,6 +38,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 import types
 import warnings
 from contextlib import redirect_stderr
@@ -402,10 +403,7 @@ def _noop_module(name: str) -> types.ModuleType:
 
 
 def _where(exc: BaseException) -> str:
-    """The frames nearest the raise, 'file:line < file:line', so an import failure in a dependency
-    names the dependency and who imported it (a package drifting under an unpinned requirement)."""
-    import traceback
-
+    """'file:line < file:line' nearest the raise: an import failure names the dependency and its importer."""
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     return " < ".join(f"{'/'.join(f.filename.split('/')[-2:])}:{f.lineno}" for f in reversed(frames))
 
