@@ -406,7 +406,7 @@ def spec_settings(spec: LaunchSpec) -> dict:
     }
 
 
-def _catalog_fields(spec: LaunchSpec) -> dict:
+def catalog_fields(spec: LaunchSpec) -> dict:
     """What a launch section takes from the catalog, whether the argv came from a container or not."""
     return {
         "target": spec.target,
@@ -443,7 +443,7 @@ def launch_of_container(
         argv = command
         argv_from = f"container {container.name}'s command (not the catalog's launch of {spec.target})"
     return fp.launch_section(
-        **_catalog_fields(spec),
+        **catalog_fields(spec),
         argv=argv,
         env=env,
         container=container_settings(attrs, image_labels),
@@ -455,7 +455,7 @@ def launch_of_container(
 
 def launch_of_spec(spec: LaunchSpec, limits: Any, runtime_env: Mapping[str, str], argv_from: str) -> dict:
     return fp.launch_section(
-        **_catalog_fields(spec),
+        **catalog_fields(spec),
         argv=list(spec.argv),
         env={**spec.env, **runtime_env},
         container=spec_settings(spec),

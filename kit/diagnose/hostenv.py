@@ -401,16 +401,7 @@ def lock_text(fingerprint: Mapping[str, Any]) -> str | None:
 
 def _catalog_fields(spec: Any | None, argv_facts: LaunchFacts) -> dict:
     if spec is not None:
-        return {
-            "target": spec.target,
-            "profile": spec.profile,
-            "model": spec.model,
-            "dialect": spec.dialect,
-            "device": spec.device,
-            "ranks": spec.ranks,
-            "overrides": fp.overrides_of(spec.notes),
-            "port": spec.port,
-        }
+        return facts.catalog_fields(spec)  # the same section as a container's bundle
     why = "no --target was given for this host process"
     return {
         "target": fp.unknown(why),
