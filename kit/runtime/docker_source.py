@@ -39,7 +39,7 @@ from kit.runtime import server as runtime
 from kit.runtime.compile_cache import COMPILERS, MOUNT
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
-from kit.runtime.source import LineSplitter, ProcessStack, SourceState, read_gpu_usage
+from kit.runtime.source import LineSplitter, ProcessStack, SourceState, read_gpu_usage, take_all
 
 _ERRORS = (DockerException, requests.RequestException, OSError, ValueError)
 
@@ -121,12 +121,7 @@ class ContainerOutput:
             self.done.set()
 
     def take(self) -> list[tuple[float, str]]:
-        out = []
-        while True:
-            try:
-                out.append(self.lines.get_nowait())
-            except queue.Empty:
-                return out
+        return take_all(self.lines)
 
 
 def stats_counters(stats: dict) -> tuple[float | None, int | None, int | None]:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from kit.runtime.source import LineSplitter
+from kit.runtime.source import LineSplitter, take_all
 
 
 def journal_argv(unit: str, *, since_wall: float | None, follow: bool = True) -> list[str]:
@@ -122,12 +122,7 @@ class JournalFollower:
         self.done.set()
 
     def take(self) -> list[tuple[float, str]]:
-        out = []
-        while True:
-            try:
-                out.append(self.lines.get_nowait())
-            except queue.Empty:
-                return out
+        return take_all(self.lines)
 
     def drain(self, timeout_s: float) -> list[tuple[float, str]]:
         """What arrived; journalctl --follow never ends by itself, so wait only for what is in flight."""

@@ -14,6 +14,7 @@ watcher sleeps on. Modelled on httpx's transports: one small surface, a real one
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -85,6 +86,16 @@ class Source(Protocol):
 
     @property
     def base_url(self) -> str | None: ...
+
+
+def take_all(lines: queue.Queue) -> list:
+    """Everything a reader thread has queued so far, without waiting."""
+    out = []
+    while True:
+        try:
+            out.append(lines.get_nowait())
+        except queue.Empty:
+            return out
 
 
 class LineSplitter:
