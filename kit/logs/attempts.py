@@ -18,6 +18,7 @@ Pure and immutable, like the tracker; time is passed in.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,13 +60,41 @@ def outcome_of(verdict: Verdict | None) -> str:
     return "hung"
 
 
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class _History:
+    """Earlier attempts as a chain, newest first: closing an attempt adds one link, where a tuple
+    would be copied whole (a log of 16,000 restarts spent half a second re-copying it)."""
+
+    last: AttemptSummary
+    before: _History | None
+    size: int
+
+    def as_tuple(self) -> tuple[AttemptSummary, ...]:
+        out: list[AttemptSummary] = []
+        link: _History | None = self
+        while link is not None:
+            out.append(link.last)
+            link = link.before
+        return tuple(reversed(out))
+
+    # Not field by field: that recurses once per link, past Python's limit on a long log.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _History) and self.as_tuple() == other.as_tuple()
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return f"<{self.size} earlier attempts>"
+
+
 @dataclass(frozen=True)
 class Attempts:
     """Launch attempts of one log; `current` is the last one's tracker, `earlier` the others."""
 
     limits: PhaseLimits = field(default_factory=PhaseLimits)
     current: Tracker = field(default_factory=Tracker.start)
-    earlier: tuple[AttemptSummary, ...] = ()
+    history: _History | None = None  # read as `earlier`
     launch_kinds: frozenset[str] = frozenset()  # launch lines the current attempt already saw
     progressed: bool = False  # the current attempt printed a milestone, or an error after its launch line
     first_line: int = 1  # the log line where the current attempt began (its launch line)
@@ -148,10 +177,15 @@ class Attempts:
 
     # -- attempts ---------------------------------------------------------------------------
 
+    @functools.cached_property
+    def earlier(self) -> tuple[AttemptSummary, ...]:
+        """How each earlier attempt ended, oldest first."""
+        return () if self.history is None else self.history.as_tuple()
+
     @property
     def number(self) -> int:
         """The current attempt's number, from 1."""
-        return len(self.earlier) + 1
+        return 1 if self.history is None else self.history.size + 1
 
     @property
     def count(self) -> int:
@@ -175,7 +209,7 @@ class Attempts:
         return Attempts(
             limits=self.limits,
             current=Tracker.start(self.limits, t),
-            earlier=(*self.earlier, summary),
+            history=_History(summary, self.history, self.number),
             first_line=line_no,
         )
 

@@ -8,6 +8,7 @@ log is searched at memory speed and only lines holding a scan string reach Pytho
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -98,22 +99,43 @@ class PatternSet:
         the outermost frame naming a phase's own function: SGLang's and vLLM's start-up runs one
         function per phase (`load_model`, `init_cuda_graphs`, ...), and the frames below it are
         the helpers it called, which can belong to any phase (a pynccl all-reduce in capture).
+        One regex of every message and one of every frame word say first whether any rule can
+        apply: most error lines and most frames name none (a restart log has thousands).
         """
-        for rule in self.exception_phases:
-            if any(message in text for message in rule.messages):
-                return rule.phase
+        messages, frames, called = self._phase_words
+        if messages is not None and messages.search(text):
+            for rule in self.exception_phases:
+                if any(message in text for message in rule.messages):
+                    return rule.phase
+        if frames is None or TRACEBACK_FRAME not in text:
+            return None
         lines = text.splitlines()
         for index, line in enumerate(lines):
+            if TRACEBACK_FRAME not in line:  # cheap: the check below strips the line's wrappers
+                continue
             stripped = strip_wrappers(line).lstrip()
             if not stripped.startswith(TRACEBACK_FRAME):  # a frame: `File "...", line N, in func`
                 continue
             # The frame and the source line under it (`self.load_model()`): a tail cut right
             # after a call still names the phase it called into.
             source = lines[index + 1] if index + 1 < len(lines) else ""
+            if not frames.search(stripped) and not called.search(source):
+                continue
             for rule in self.exception_phases:
                 if any(frame in stripped or f"{frame}(" in source for frame in rule.frames):
                     return rule.phase
         return None
+
+    @functools.cached_property
+    def _phase_words(self) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None, re.Pattern[str] | None]:
+        """(any rule's message, any rule's frame word, any frame word called as `word(`)."""
+        messages = sorted({m for rule in self.exception_phases for m in rule.messages})
+        frames = sorted({f for rule in self.exception_phases for f in rule.frames})
+
+        def any_of(words: list[str], suffix: str = "") -> re.Pattern[str] | None:
+            return re.compile("|".join(re.escape(w + suffix) for w in words)) if words else None
+
+        return any_of(messages), any_of(frames), any_of(frames, "(")
 
     @staticmethod
     def dialect_rank(dialect: str | None) -> tuple[int, ...]:

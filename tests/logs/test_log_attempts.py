@@ -151,3 +151,17 @@ def test_a_traceback_before_the_launch_line_belongs_to_the_launch_that_follows()
     attempts = Attempts.start().observe_timed((e, 1.0) for e in parse_text(text))
     assert attempts.number == 1 and not attempts.earlier
     assert attempts.current.survived_errors(2.0) != ()
+
+
+def test_twenty_thousand_restarts_keep_every_earlier_attempt_in_order():
+    """The history is a chain (closing an attempt does not copy the ones before): numbers, order,
+    equality and repr hold on a long restart log without deep recursion."""
+    launch = "[2026-12-02 13:00:00] server_args=ServerArgs(model_path='/m', tp_size=1)\n"
+    text = launch * 20_000
+    attempts = analyze_text(text).attempt
+    assert (attempts.number, attempts.count) == (20_000, 20_000)
+    assert [a.number for a in attempts.earlier] == list(range(19_950, 20_000))
+    events = parse_text(text)
+    one, two = (Attempts.start().observe_timed((e, 0.0) for e in events) for _ in range(2))
+    assert one.number == 20_000 and len(one.earlier) == 19_999 and one.earlier[0].number == 1
+    assert one.history == two.history and "19999 earlier attempts" in repr(one)

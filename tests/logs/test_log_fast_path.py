@@ -172,3 +172,45 @@ def test_real_launch_lines_read_the_same_as_the_reference():
     for line in LAUNCH_LINES:
         at = min((line.find(w) for w in LAUNCH_WORDS if w in line), default=0)
         assert launch_fields_at(line, at) == reference_launch_fields(line) == launch_fields(line)
+
+
+def reference_phase_of(text: str):
+    """Every rule's every message and frame word tried on every frame, as before the prefilter."""
+    from kit.logs.patterns import TRACEBACK_FRAME
+    from kit.logs.prefix import strip_wrappers
+
+    rules = default_patterns().exception_phases
+    for rule in rules:
+        if any(message in text for message in rule.messages):
+            return rule.phase
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        stripped = strip_wrappers(line).lstrip()
+        if not stripped.startswith(TRACEBACK_FRAME):
+            continue
+        source = lines[index + 1] if index + 1 < len(lines) else ""
+        for rule in rules:
+            if any(frame in stripped or f"{frame}(" in source for frame in rule.frames):
+                return rule.phase
+    return None
+
+
+_RULE_WORDS = sorted(
+    {w for rule in default_patterns().exception_phases for w in (*rule.messages, *rule.frames)}
+)
+_TRACEBACK_LINES = [line for line in REAL_LINES if 'File "' in line or "Error" in line]
+phase_texts = st.lists(
+    st.one_of(
+        st.sampled_from(_TRACEBACK_LINES),
+        st.builds("  {}".format, st.sampled_from(_RULE_WORDS)),
+        st.builds('  File "x.py", line 1, in {}'.format, st.sampled_from(_RULE_WORDS)),
+        st.builds("    self.{}()".format, st.sampled_from(_RULE_WORDS)),
+    ),
+    max_size=30,
+).map("\n".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(phase_texts)
+def test_the_prefiltered_phase_of_an_error_equals_the_reference(text):
+    assert default_patterns()._phase_of(text) == reference_phase_of(text)
