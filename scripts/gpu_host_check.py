@@ -99,6 +99,13 @@ def sh(argv: list[str], timeout: float = 30, **kw) -> tuple[int | None, str, str
     return done.returncode, done.stdout, done.stderr
 
 
+def read_text(path: str, limit: int) -> str:
+    try:
+        return Path(path).read_bytes()[:limit].decode(errors="replace")
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror or exc})"
+
+
 def remember_pgid(work: Path, pgid: int) -> None:
     """Process groups the bash entry kills at the end, should a step die before its own cleanup."""
     with (work / "pgids").open("a") as out:
@@ -201,7 +208,9 @@ def bus_id_key(bus_id: str | None) -> str | None:
     return ":".join(parts)
 
 
-def compare_inventory(inventory: dict, smi_rows: list[dict[str, str]], smi_links: dict[int, int], smi_cuda):
+def compare_inventory(
+    inventory: dict, smi_rows: list[dict[str, str]], smi_links: dict[int, int] | None, smi_cuda
+):
     """Rows {index, field, nvml, nvidia_smi, agree, note} for every fact both sides give."""
     rows = [
         {
@@ -262,7 +271,7 @@ def compare_inventory(inventory: dict, smi_rows: list[dict[str, str]], smi_links
                 "index": device["index"],
                 "field": "nvlinks",
                 "nvml": device["nvlinks"],
-                "nvidia_smi": smi_links.get(device["index"]),
+                "nvidia_smi": None if smi_links is None else smi_links.get(device["index"], 0),
             },
         ]
     for row in rows:
@@ -444,10 +453,7 @@ def step_env(args, status: Status) -> None:
 
     section("date", ["date", "-Is"])
     section("uname -a", ["uname", "-a"])
-    section(
-        "/etc/os-release",
-        text=Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else "-",
-    )
+    section("/etc/os-release", text=read_text("/etc/os-release", 2000))
     section("python", text=f"{sys.version}\n{sys.executable}\nPYTHONPATH={os.environ.get('PYTHONPATH')}")
     try:
         same_ns = os.readlink("/proc/self/ns/pid") == os.readlink("/proc/1/ns/pid")
@@ -455,12 +461,10 @@ def step_env(args, status: Status) -> None:
         same_ns = f"unreadable ({exc})"
     container = {
         "/.dockerenv": Path("/.dockerenv").exists(),
-        "pid 1": Path("/proc/1/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200],
+        "pid 1": read_text("/proc/1/cmdline", 200).replace("\0", " "),
         "pid namespace of pid 1 is ours": same_ns,
-        "cgroup": Path("/proc/self/cgroup").read_text()[:500],
-        "ptrace_scope": Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
-        if Path("/proc/sys/kernel/yama/ptrace_scope").exists()
-        else "no yama",
+        "cgroup": read_text("/proc/self/cgroup", 500),
+        "ptrace_scope": read_text("/proc/sys/kernel/yama/ptrace_scope", 20).strip(),
         "uid": os.getuid(),
         "cpus": os.cpu_count(),
     }
@@ -480,7 +484,7 @@ def step_env(args, status: Status) -> None:
         "nvidia-smi --query-compute-apps",
         ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
     )
-    code, out, err = sh([sys.executable, "-c", TORCH_PROBE], timeout=90)
+    code, out, err = sh([sys.executable, "-c", TORCH_PROBE], timeout=45)
     section(
         "torch", text=out + (f"\n[stderr tail] {err[-2000:]}" if err.strip() else "") + f"\n[exit {code}]"
     )
@@ -488,7 +492,7 @@ def step_env(args, status: Status) -> None:
     section("py-spy", [spy, "--version"] if spy else None, text=None if spy else "py-spy not on PATH")
     wheels = Path(args.work) / "wheels.txt"
     section("wheels", text=wheels.read_text() if wheels.exists() else "-")
-    query = section("nvidia-smi -q", ["nvidia-smi", "-q"], timeout=60)
+    query = section("nvidia-smi -q", ["nvidia-smi", "-q"], timeout=30)
     out_path.write_text("".join(f"===== {t}\n{x.rstrip()}\n\n" for t, x in sections), encoding="utf-8")
 
     if "[exit 0]" not in csv_text:
@@ -496,7 +500,8 @@ def step_env(args, status: Status) -> None:
             f"nvidia-smi did not answer: {csv_text.strip().splitlines()[-2:] if csv_text.strip() else '-'}"
         )
     else:
-        status.ok(f"nvidia-smi: {' | '.join(csv_text.strip().splitlines()[1:-1])[:200]}")
+        rows = [line for line in csv_text.strip().splitlines()[1:-1] if line.strip()]
+        status.ok(f"nvidia-smi: {' | '.join(rows)[:200]}")
     try:
         torch = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
     except (ValueError, IndexError):
@@ -584,13 +589,13 @@ def usage_section(work: Path, status: Status, gpus, lib) -> dict:
     )
     remember_pgid(work, child.pid)
     try:
-        line = read_first_line(child, 90)
+        line = read_first_line(child, 60)
         if not line:
             child.kill()
             err = child.stderr.read()[-2000:] if child.stderr else ""
             result["child_error"] = err
             status.error(
-                f"the 8 GiB child said nothing in 90 s: {(err.strip().splitlines() or ['?'])[-1][:200]}"
+                f"the 8 GiB child said nothing in 60 s: {(err.strip().splitlines() or ['?'])[-1][:200]}"
             )
             return result
         child_info = json.loads(line)
@@ -686,11 +691,11 @@ def step_nvml(args, status: Status) -> None:
         ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"]
     )
     smi_rows = parse_smi_csv(out) if code == 0 else []
-    _, links_text, _ = sh(["nvidia-smi", "nvlink", "-s"])
-    _, query_text, _ = sh(["nvidia-smi", "-q"], timeout=60)
+    links_code, links_text, _ = sh(["nvidia-smi", "nvlink", "-s"])
+    _, query_text, _ = sh(["nvidia-smi", "-q"], timeout=30)
     data["nvidia_smi"] = {
         "rows": smi_rows,
-        "nvlinks": parse_smi_nvlinks(links_text),
+        "nvlinks": parse_smi_nvlinks(links_text) if links_code == 0 else None,
         "cuda": smi_cuda_version(query_text),
     }
     if code != 0:
@@ -709,9 +714,8 @@ def step_nvml(args, status: Status) -> None:
         )
         print("NVML vs nvidia-smi:\n" + table)
         for r in bad:
-            status.finding(
-                f"NVML vs nvidia-smi, GPU {r['index']} {r['field']}: {r['nvml']!r} vs {r['nvidia_smi']!r}"
-            )
+            where = "host" if r["index"] is None else f"GPU {r['index']}"
+            status.finding(f"NVML vs nvidia-smi, {where} {r['field']}: {r['nvml']!r} vs {r['nvidia_smi']!r}")
         if rows and not bad:
             status.ok(f"NVML and nvidia-smi agree on all {len(rows)} compared facts")
 
@@ -846,6 +850,7 @@ def step_watch(args, status: Status, mode: str) -> None:
     }
     lines: list[str] = []
     stamps: list[float] = []
+    watch = None
     try:
         t0 = time.monotonic()
         watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -956,6 +961,12 @@ def step_watch(args, status: Status, mode: str) -> None:
             else:
                 status.finding(f"hang: the bundle is {size} bytes, too big to bring back")
     finally:
+        if watch is not None and watch.poll() is None:  # this step was stopped: the watch goes too
+            watch.send_signal(signal.SIGINT)
+            try:
+                watch.wait(5)
+            except subprocess.TimeoutExpired:
+                watch.kill()
         kill_group(rehearsal.pid)
         with contextlib.suppress(Exception):
             rehearsal.wait(10)

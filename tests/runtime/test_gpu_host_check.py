@@ -9,6 +9,7 @@ right, and the usage-by-PID step reads an H200-shaped NVML without a driver.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -226,3 +227,40 @@ def test_usage_by_pid_on_an_h200_shaped_nvml(tmp_path, monkeypatch):
         not psutil.pid_exists(result["child"]["pid"])
         or psutil.Process(result["child"]["pid"]).status() == "zombie"
     )
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--query-gpu=index,name,uuid*)
+    echo "0, NVIDIA H200, GPU-fake0000-0000-0000-0000-000000000000, 00000000:17:00.0, 143360, 580.95.05, 9.0"
+    ;;
+  *--query-compute-apps*) ;;
+  "nvlink -s") echo "GPU 0: NVIDIA H200 (UUID: GPU-fake0000-0000-0000-0000-000000000000)"
+    i=0; while [ $i -lt 18 ]; do printf '\\t Link %d: 26.562 GB/s\\n' $i; i=$((i+1)); done;;
+  "-q") printf 'Driver Version : 580.95.05\\nCUDA Version                          : 13.0\\n';;
+esac
+"""
+
+
+def test_the_nvml_step_on_an_h200_shaped_host_agrees_with_its_nvidia_smi(tmp_path, monkeypatch):
+    from kit.runtime import nvml
+
+    lib = _ChildrenOnGpu0.of(1, name="NVIDIA H200", capability=(9, 0), memory_gib=140)
+    lib.devices[0].nvlinks = 18
+    monkeypatch.setattr(nvml, "_pynvml", lambda: lib)
+    monkeypatch.setattr(check, "ALLOC_CHILD", TORCHLESS_CHILD)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    args = SimpleNamespace(out=str(tmp_path), work=str(tmp_path))
+
+    check.step_nvml(args, check.Status(tmp_path, "nvml"))
+
+    data = json.loads((tmp_path / "nvml.json").read_text())
+    assert [r["field"] for r in data["comparison"] if not r["agree"]] == []
+    assert data["inventory"]["devices"][0]["nvlinks"] == 18
+    statuses = (tmp_path / "status" / "nvml").read_text().splitlines()
+    assert [line.split("\t")[0] for line in statuses] == ["ok"] * 5, statuses
+    assert "NVML and nvidia-smi agree on all 9 compared facts" in statuses[1]
