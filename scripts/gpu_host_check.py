@@ -70,6 +70,8 @@ class Status:
 
 
 def jsonable(value):
+    if hasattr(value, "model_dump"):  # the kit's pydantic rows
+        return jsonable(value.model_dump(mode="json"))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -827,7 +829,7 @@ def step_watch(args, status: Status, mode: str) -> None:
         start_new_session=True,
     )
     remember_pgid(work, rehearsal.pid)
-    jsonl = out / f"watch-{mode}.jsonl"
+    jsonl = out / "watch.jsonl"  # both modes, one after the other (8 files come back at most)
     stall = ["--stall", "launch=60", "--stall", f"init={args.stall}"]
     argv = [
         sys.executable,
@@ -971,7 +973,7 @@ def step_watch(args, status: Status, mode: str) -> None:
         with contextlib.suppress(Exception):
             rehearsal.wait(10)
         console.close()
-        with jsonl.open("w", encoding="utf-8") as out_file:
+        with jsonl.open("a", encoding="utf-8") as out_file:
             for line in lines:
                 out_file.write(line + "\n")
             out_file.write(json.dumps(jsonable(meta)) + "\n")
@@ -982,6 +984,121 @@ def step_watch(args, status: Status, mode: str) -> None:
 
 
 # -- summary -----------------------------------------------------------------------------------
+
+
+# -- preflight: SGLang's group code path on real NCCL, and the image probe's collective ---------
+
+
+def _ranks_run(work: Path, world: int, timeout: float, device: str = "cuda") -> dict:
+    """The in-image rank script (kit/pivot/inimage/ranks.py) on this host's python3, NCCL on cuda,
+    read back through the kit's own PreflightRun: what `kit preflight` runs inside a container."""
+    from kit.pivot.preflight_container import RANKS_SCRIPT, SGLANG_GROUPS
+    from kit.pivot.steps import STEPS, PreflightRun, device_plan, nccl_version, step_rows, transports
+
+    folder = work / f"preflight-{world}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for script in (RANKS_SCRIPT, SGLANG_GROUPS):
+        shutil.copyfile(script, folder / script.name)
+    plan = device_plan(device)
+    request = {
+        "world_size": world,
+        "device": device,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "steps": list(STEPS),
+        "until": None,
+        "launch_argv": ["--model-path", "/nowhere", "--tp-size", str(world)],
+        "server_args": [],
+        "env_sources": {"NCCL_DEBUG": "kit"},
+        "sweep": {"min_bytes": 8, "max_bytes": 64 * MIB, "factor": 8, "iters": 5, "warmup": 2},
+        "p2p_bytes": MIB,
+        "collective_timeout_s": timeout,
+        "run_timeout_s": timeout,
+    }
+    (folder / "request.json").write_text(json.dumps(request))
+    t0 = time.monotonic()
+    code, stdout, stderr = sh(
+        [sys.executable, "-u", str(folder / RANKS_SCRIPT.name), str(folder / "request.json")],
+        timeout=timeout + 15,
+        cwd=folder,
+        env={**os.environ, "NCCL_DEBUG": "INFO"},
+    )
+    seconds = round(time.monotonic() - t0, 1)
+    run = PreflightRun(world, STEPS, plan, 0.0)
+    for line in (stdout + "\n" + stderr).splitlines():
+        run.feed_line(line, 1.0)
+    verdict = run.verdict(1.0) or run.verdict(1e9)
+    return {
+        "world_size": world,
+        "exit_code": code,
+        "seconds": seconds,
+        "verdict": None if verdict is None else jsonable(verdict),
+        "steps": [jsonable(row) for row in step_rows(run, verdict)],
+        "sweep": list(run.sweep),
+        "nccl": nccl_version(run.nccl_lines),
+        "transports": list(transports(run.nccl_lines)),
+        "setup": jsonable(run.setup),
+        "errors": [jsonable(e) for e in run.errors + run.failures],
+        "nccl_lines": run.nccl_lines[:60],
+        "stdout_tail": stdout[-4000:],
+        "stderr_tail": stderr[-4000:],
+    }
+
+
+def step_preflight(args, status: Status) -> None:
+    work, data = Path(args.work), {}
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as exc:  # recorded, the step goes on
+        status.error(f"torch: {type(exc).__name__}: {exc}")
+        gpus = 0
+    device = "cuda" if gpus else "cpu"
+    if gpus == 0:  # the same code on gloo: a rehearsal of this step, not a GPU result
+        status.finding("no CUDA device: the rank run is rehearsed on gloo (cpu), the probe not tried")
+    for world in sorted({1, min(gpus, 2) or 1, gpus + 1}) if gpus else [2]:
+        name = f"ranks-{world}-{device}"
+        try:
+            result = data[name] = _ranks_run(work, world, timeout=40, device=device)
+        except Exception as exc:
+            status.error(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        verdict = result["verdict"] or {}
+        said = (
+            f"{name}: {verdict.get('verdict')} (exit {result['exit_code']}, {result['seconds']} s); "
+            f"NCCL {result['nccl']}; transports {result['transports']}; "
+            f"steps {[(r.get('step'), r.get('status')) for r in result['steps']]}"
+        )
+        # more ranks than GPUs: the kit must name the failure, not hang or pass
+        if device == "cuda" and world > gpus:
+            failed = verdict.get("verdict") not in (None, "ok")
+            (status.ok if failed else status.finding)(
+                f"{said}; errors {[str(e)[:160] for e in result['errors'][:2]]}"
+            )
+        else:
+            (status.ok if verdict.get("verdict") == "ok" else status.finding)(said)
+    if gpus:
+        probe = ROOT / "kit" / "images" / "inimage" / "verify.py"
+        code, stdout, stderr = sh(
+            [sys.executable, str(probe), "--all-reduce", "nccl", "--collective-timeout", "40"], timeout=90
+        )
+        marked = [line for line in stdout.splitlines() if line.startswith("KIT-VERIFY-JSON ")]
+        try:
+            answer = json.loads(marked[-1].split(" ", 1)[1]) if marked else None
+        except ValueError:
+            answer = None
+        data["image-probe"] = {
+            "exit_code": code,
+            "answer": answer,
+            "stdout_tail": stdout[-3000:],
+            "stderr_tail": stderr[-3000:],
+        }
+        if answer is None:
+            status.error(f"image probe: no KIT-VERIFY-JSON line (exit {code}): {stderr.strip()[-200:]}")
+        else:
+            keys = ("all_reduce", "collective", "kernels", "gpus", "cuda")
+            status.ok("image probe: " + "; ".join(f"{k}={str(answer[k])[:160]}" for k in keys if k in answer))
+    dump_json(Path(args.out) / "preflight.json", data)
 
 
 def step_summary(args, status: Status | None = None) -> None:
@@ -1015,6 +1132,7 @@ STEPS = {
     "doctor": step_doctor,
     "watch-hang": lambda a, s: step_watch(a, s, "hang"),
     "watch-crash": lambda a, s: step_watch(a, s, "crash"),
+    "preflight": step_preflight,
 }
 
 
