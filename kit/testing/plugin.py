@@ -11,15 +11,16 @@ Options
     `kit validate` rejects), --kit-require-gpu (or KIT_REQUIRE_GPU=1: a skipped `gpu` test fails,
     so a GPU runner cannot go green having tested nothing)
 Markers
-    docker (needs an engine), gpu (needs NVIDIA GPUs) and full_model (needs NVIDIA GPUs and a production
+    docker (needs an engine), gpu (needs NVIDIA GPUs; a test that needs the GPU image is marked docker
+    too, one marked gpu alone runs on a bare GPU host) and full_model (needs NVIDIA GPUs and a production
     model's weights in the HF cache: the nightly GPU workflow's tests): tests skip with a reason naming
     what is missing. A failing test's report shows the kit's timeline, verdict and log tail; phase
     durations and first-token times become JUnit properties.
 
 The plugin waits to be asked: it is loaded in every pytest session of an environment where the kit
 is installed (entry point `kit`), so until a test of this session uses a kit fixture or a `docker`
-/ `gpu` marker it touches no Docker engine, pulls nothing and sets no process-wide variable. A
-marker asks the engine whether it answers (for the skip reason); a kit fixture, just before its
+marker it touches no Docker engine, pulls nothing and sets no process-wide variable (a `gpu` marker
+asks NVML only). A `docker` marker asks the engine whether it answers (for the skip reason); a kit fixture, just before its
 first container, decides about the reaper; the end-of-session cleanup runs only in a session whose
 fixtures started containers.
 
