@@ -20,9 +20,9 @@ Markers
 The plugin waits to be asked: it is loaded in every pytest session of an environment where the kit
 is installed (entry point `kit`), so until a test of this session uses a kit fixture or a `docker`
 marker it touches no Docker engine, pulls nothing and sets no process-wide variable (a `gpu` marker
-asks NVML only). A `docker` marker asks the engine whether it answers (for the skip reason); a kit fixture, just before its
-first container, decides about the reaper; the end-of-session cleanup runs only in a session whose
-fixtures started containers.
+asks NVML only). A `docker` marker asks the engine whether it answers (for the skip reason); a kit
+fixture, just before its first container, decides about the reaper; the end-of-session cleanup runs
+only in a session whose fixtures started containers.
 
 Containers carry the label io.kit.session=<this run> and are removed by label at the end. On top,
 testcontainers' Ryuk reaper (which also removes them if pytest itself is killed) stays on wherever its
