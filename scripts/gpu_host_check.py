@@ -989,9 +989,15 @@ def step_watch(args, status: Status, mode: str) -> None:
 # -- preflight: SGLang's group code path on real NCCL, and the image probe's collective ---------
 
 
-def _ranks_run(work: Path, world: int, timeout: float, device: str = "cuda") -> dict:
-    """The in-image rank script (kit/pivot/inimage/ranks.py) on this host's python3, NCCL on cuda,
-    read back through the kit's own PreflightRun: what `kit preflight` runs inside a container."""
+def ranks_run(
+    work: Path, world: int, timeout: float, *, gpus: bool = True, python: str = sys.executable
+) -> dict:
+    """The in-image rank script (kit/pivot/inimage/ranks.py) on this host's PYTHON, with the request
+    `kit preflight` sends (rank_request over the default target of a host with or without GPUs: NCCL
+    on cuda, else gloo), read back through the kit's own PreflightRun. Only torch's timeouts are
+    this check's own, so a rank that never comes costs TIMEOUT, not the plan's minutes.
+    tests/runtime/test_gpu_host.py runs it too."""
+    from kit.pivot.preflight import preflight_spec, rank_request
     from kit.pivot.preflight_container import RANKS_SCRIPT, SGLANG_GROUPS
     from kit.pivot.steps import STEPS, PreflightRun, device_plan, nccl_version, step_rows, transports
 
@@ -999,25 +1005,17 @@ def _ranks_run(work: Path, world: int, timeout: float, device: str = "cuda") -> 
     folder.mkdir(parents=True, exist_ok=True)
     for script in (RANKS_SCRIPT, SGLANG_GROUPS):
         shutil.copyfile(script, folder / script.name)
-    plan = device_plan(device)
+    spec = preflight_spec(None, overrides=(f"tp={world}",), host_has_gpus=gpus)
+    plan = device_plan(spec.device)
     request = {
-        "world_size": world,
-        "device": device,
-        "backend": "nccl" if device == "cuda" else "gloo",
-        "steps": list(STEPS),
-        "until": None,
-        "launch_argv": ["--model-path", "/nowhere", "--tp-size", str(world)],
-        "server_args": [],
-        "env_sources": {"NCCL_DEBUG": "kit"},
-        "sweep": {"min_bytes": 8, "max_bytes": 64 * MIB, "factor": 8, "iters": 5, "warmup": 2},
-        "p2p_bytes": MIB,
+        **rank_request(spec, world, plan, None, {"NCCL_DEBUG": "INFO"}),
         "collective_timeout_s": timeout,
         "run_timeout_s": timeout,
     }
     (folder / "request.json").write_text(json.dumps(request))
     t0 = time.monotonic()
     code, stdout, stderr = sh(
-        [sys.executable, "-u", str(folder / RANKS_SCRIPT.name), str(folder / "request.json")],
+        [python, "-u", str(folder / RANKS_SCRIPT.name), str(folder / "request.json")],
         timeout=timeout + 15,
         cwd=folder,
         env={**os.environ, "NCCL_DEBUG": "INFO"},
@@ -1029,6 +1027,7 @@ def _ranks_run(work: Path, world: int, timeout: float, device: str = "cuda") -> 
     verdict = run.verdict(1.0) or run.verdict(1e9)
     return {
         "world_size": world,
+        "device": spec.device,
         "exit_code": code,
         "seconds": seconds,
         "verdict": None if verdict is None else jsonable(verdict),
@@ -1059,7 +1058,7 @@ def step_preflight(args, status: Status) -> None:
     for world in sorted({1, min(gpus, 2) or 1, gpus + 1}) if gpus else [2]:
         name = f"ranks-{world}-{device}"
         try:
-            result = data[name] = _ranks_run(work, world, timeout=40, device=device)
+            result = data[name] = ranks_run(work, world, timeout=40, gpus=bool(gpus))
         except Exception as exc:
             status.error(f"{name}: {type(exc).__name__}: {exc}")
             continue

@@ -12,16 +12,13 @@ the preflight rank script passing on real NCCL. First run on an H200 on 2026-12-
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
+import importlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +29,8 @@ pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "scripts" / "gpu_hang_rehearsal.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+check = importlib.import_module("gpu_host_check")  # the GPU host check's own readers and rank run
 GIB = 1 << 30
 ALLOC = """
 import sys, torch
@@ -60,22 +59,13 @@ def gpus():
     opened.close()
 
 
-def _smi(query: str, fields: str) -> list[dict[str, str]]:
-    done = subprocess.run(
-        ["nvidia-smi", f"--query-{query}={fields}", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    names = fields.split(",")
-    rows = csv.reader(io.StringIO(done.stdout))
-    return [dict(zip(names, (v.strip() for v in row), strict=True)) for row in rows]
-
-
 def test_nvml_inventory_agrees_with_nvidia_smi(gpus):
     inventory = gpus.inventory()
-    rows = _smi("gpu", "index,name,uuid,pci.bus_id,memory.total,driver_version,compute_cap")
+    done = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={','.join(check.SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    rows = check.parse_smi_csv(done.stdout)
     assert inventory.error is None and inventory.count == len(rows) > 0
     assert inventory.driver_version == rows[0]["driver_version"]
     for device, row in zip(inventory.devices, rows, strict=True):
@@ -104,12 +94,6 @@ def test_a_processs_gpu_memory_is_read_by_its_host_pid(gpus, torch_python):
         child.wait(30)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(tmp_path, torch_python):
     """The mission's hang through the host path: rank 0 of TP 2 on a real GPU waits in NCCL's
     rendezvous for a rank that never comes (scripts/gpu_hang_rehearsal.py, SGLang 0.5.23's lines)."""
@@ -117,7 +101,7 @@ def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(t
 
     log = tmp_path / "server.log"
     rehearsal = subprocess.Popen(
-        [torch_python, str(REHEARSAL), "--log", str(log), "--port", str(_free_port())],
+        [torch_python, str(REHEARSAL), "--log", str(log), "--port", str(check.free_port())],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -130,7 +114,8 @@ def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(t
             env={**os.environ, "KIT_CACHE_DIR": str(tmp_path / "cache")},
         )  # fmt: skip
         objects = [json.loads(line) for line in watch.stdout.splitlines() if line.startswith("{")]
-        [result] = [o for o in objects if o.get("type") == "result"]
+        result = check.result_line(watch.stdout.splitlines())
+        assert [o for o in objects if o.get("type") == "result"] == [result]
         judged = (watch.returncode, result["verdict"], result["phase"])
         assert judged == (4, "hung", "init"), watch.stderr[-2000:]
         gpu_bytes = [o.get("gpu_mem_bytes") or 0 for o in objects if o.get("type") == "activity"]
@@ -145,28 +130,8 @@ def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(t
 
 
 def test_the_preflight_rank_script_passes_on_nccl_with_one_rank_per_gpu(tmp_path, torch_python, gpus):
-    from kit.pivot.preflight_container import RANKS_SCRIPT, SGLANG_GROUPS
-    from kit.pivot.steps import STEPS, PreflightRun, device_plan, nccl_version
-
-    world = min(gpus.count, 2)
-    for script in (RANKS_SCRIPT, SGLANG_GROUPS):
-        shutil.copyfile(script, tmp_path / script.name)
-    request = {
-        "world_size": world, "device": "cuda", "backend": "nccl", "steps": list(STEPS), "until": None,
-        "launch_argv": ["--model-path", "/nowhere", "--tp-size", str(world)], "server_args": [],
-        "env_sources": {"NCCL_DEBUG": "kit"},
-        "sweep": {"min_bytes": 8, "max_bytes": 1 << 24, "factor": 8, "iters": 3, "warmup": 1},
-        "p2p_bytes": 1 << 20, "collective_timeout_s": 90, "run_timeout_s": 120,
-    }  # fmt: skip
-    (tmp_path / "request.json").write_text(json.dumps(request))
-    started = time.monotonic()
-    done = subprocess.run(
-        [torch_python, "-u", str(tmp_path / RANKS_SCRIPT.name), str(tmp_path / "request.json")],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path, env={**os.environ, "NCCL_DEBUG": "INFO"},
-    )  # fmt: skip
-    run = PreflightRun(world, STEPS, device_plan("cuda"), 0.0)
-    for line in (done.stdout + "\n" + done.stderr).splitlines():
-        run.feed_line(line, time.monotonic() - started)
-    verdict = run.verdict(time.monotonic() - started)
-    assert done.returncode == 0 and verdict is not None and verdict.verdict == "ok", done.stdout[-3000:]
-    assert nccl_version(run.nccl_lines)  # read from NCCL's own INFO lines
+    """The request `kit preflight` sends, run on the host's torch and read back by PreflightRun."""
+    result = check.ranks_run(tmp_path, min(gpus.count, 2), timeout=90, python=torch_python)
+    assert result["device"] == "cuda" and result["exit_code"] == 0, result["stdout_tail"]
+    assert (result["verdict"] or {}).get("verdict") == "ok", result["errors"]
+    assert result["nccl"]  # read from NCCL's own INFO lines
