@@ -231,50 +231,20 @@ def compare_inventory(
     by_index = {int(r["index"]): r for r in smi_rows if r.get("index", "").isdigit()}
     for device in inventory.get("devices") or ():
         smi = by_index.get(device["index"], {})
-        mem_mib = device["memory_total_bytes"] // MIB
+        memory = smi.get("memory.total", "")
+        smi_mib = int(memory) if memory.isdigit() else None
+        pairs = {  # field: (NVML's answer, nvidia-smi's)
+            "name": (device["name"], smi.get("name")),
+            "uuid": (device["uuid"], smi.get("uuid")),
+            "memory_total_mib": (device["memory_total_bytes"] // MIB, smi_mib),
+            "compute_capability": (device["compute_capability"], smi.get("compute_cap")),
+            "pci_bus_id": (device["pci_bus_id"], smi.get("pci.bus_id")),
+            "driver_version": (inventory.get("driver_version"), smi.get("driver_version")),
+            "nvlinks": (device["nvlinks"], None if smi_links is None else smi_links.get(device["index"], 0)),
+        }
         rows += [
-            {
-                "index": device["index"],
-                "field": "name",
-                "nvml": device["name"],
-                "nvidia_smi": smi.get("name"),
-            },
-            {
-                "index": device["index"],
-                "field": "uuid",
-                "nvml": device["uuid"],
-                "nvidia_smi": smi.get("uuid"),
-            },
-            {
-                "index": device["index"],
-                "field": "memory_total_mib",
-                "nvml": mem_mib,
-                "nvidia_smi": int(smi["memory.total"]) if smi.get("memory.total", "").isdigit() else None,
-            },
-            {
-                "index": device["index"],
-                "field": "compute_capability",
-                "nvml": device["compute_capability"],
-                "nvidia_smi": smi.get("compute_cap"),
-            },
-            {
-                "index": device["index"],
-                "field": "pci_bus_id",
-                "nvml": device["pci_bus_id"],
-                "nvidia_smi": smi.get("pci.bus_id"),
-            },
-            {
-                "index": device["index"],
-                "field": "driver_version",
-                "nvml": inventory.get("driver_version"),
-                "nvidia_smi": smi.get("driver_version"),
-            },
-            {
-                "index": device["index"],
-                "field": "nvlinks",
-                "nvml": device["nvlinks"],
-                "nvidia_smi": None if smi_links is None else smi_links.get(device["index"], 0),
-            },
+            {"index": device["index"], "field": field, "nvml": nvml, "nvidia_smi": theirs}
+            for field, (nvml, theirs) in pairs.items()
         ]
     for row in rows:
         a, b = row["nvml"], row["nvidia_smi"]
