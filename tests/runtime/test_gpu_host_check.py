@@ -8,7 +8,7 @@ right, and the usage-by-PID step reads an H200-shaped NVML without a driver.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -25,16 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _load("gpu_host_check")
-rehearsal = _load("gpu_hang_rehearsal")
+sys.path.insert(0, str(ROOT / "scripts"))  # as tests/runtime/test_gpu_host.py: one module object each
+check = importlib.import_module("gpu_host_check")
+rehearsal = importlib.import_module("gpu_hang_rehearsal")
 
 
 def _texts(path: Path) -> set[str]:
