@@ -39,7 +39,8 @@ def pytest_collection_finish(session):
 
 def pytest_args(run: str) -> list[str]:
     """The arguments of the `.venv/bin/pytest` command in a step, minus report-only ones."""
-    words = shlex.split(run.replace("\\\n", " ").split(".venv/bin/pytest", 1)[1].split("\n", 1)[0])
+    command = run.replace("\\\n", " ").split(".venv/bin/pytest", 1)[1].split("\n", 1)[0]
+    words = shlex.split(command.split(" || ", 1)[0])  # the TP loop's `|| status=1` is shell, not pytest's
     words = [w for w in words if not w.startswith(("--junitxml", "-r"))]
     return [os.path.expandvars(w).replace("$tp", "2") for w in words]
 
