@@ -972,7 +972,7 @@ def step_watch(args, status: Status, mode: str) -> None:
 # -- summary -----------------------------------------------------------------------------------
 
 
-# -- preflight: SGLang's group code path on real NCCL, and the image probe's collective ---------
+# -- preflight: the rank script's group path on NCCL (peer traffic only with two GPUs), the probe --
 
 
 def ranks_run(
@@ -1054,6 +1054,8 @@ def step_preflight(args, status: Status) -> None:
             f"NCCL {result['nccl']}; transports {result['transports']}; "
             f"steps {[(r.get('step'), r.get('status')) for r in result['steps']]}"
         )
+        if world == 1:  # a world of one has no peer pairs: nothing crossed between GPUs
+            said += "; one rank: no peer traffic tested"
         # more ranks than GPUs: the kit must name the failure, not hang or pass
         if device == "cuda" and world > gpus:
             failed = verdict.get("verdict") not in (None, "ok")
