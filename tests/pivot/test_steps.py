@@ -294,6 +294,8 @@ def test_a_one_rank_run_says_no_peer_traffic_was_tested():
         feed_all(run, healthy(world))
         rows[world] = {row.step: row for row in step_rows(run, run.verdict(200.0))}
     for step in ("allreduce", "p2p", "sweep"):
-        assert rows[1][step].status == "ok" and rows[1][step].detail.endswith("one rank: no peer traffic tested")
+        assert rows[1][step].status == "ok" and rows[1][step].detail.endswith(
+            "one rank: no peer traffic tested"
+        )
         assert "no peer traffic" not in rows[2][step].detail
     assert "no peer traffic" not in rows[1]["init"].detail
