@@ -128,7 +128,7 @@ def _bind_findings(r: Resolved) -> list[Finding]:
 def _parallel_findings(r: Resolved) -> list[Finding]:
     tp, device = r.profile.tp, r.spec.device
     found = [
-        Finding(b.split.id, "error" if device == "cuda" else "warning", b.message, b.fix, b.split.source)
+        Finding(b.split.id, "error", b.message, b.fix, b.split.source)
         for b in broken_splits(_splits(r), tp, r.spec.argv, device)
     ]
     found += _bind_findings(r)

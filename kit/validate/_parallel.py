@@ -19,8 +19,9 @@ findings out. Each rule names the SGLang 0.5.23 file that asserts it (read from 
 
 On CPU SGLang pads every one of these up to a multiple of TP instead of asserting
 (srt/model_executor/model_runner.py -> srt/configs/update_config.py
-adjust_config_with_unaligned_cpu_tp): the launch starts, but on a different shape than a GPU's, so
-there the findings are warnings.
+adjust_config_with_unaligned_cpu_tp): such a launch may start, but on a shape no GPU launch of the
+model has. The CPU targets are rehearsals of the GPU ones, so validate refuses it there too, and
+says why.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Broken:
         else:
             text = f"TP {tp} does not divide the {s.size} {s.what}"
         if self.device == "cpu":
-            return f"{text}; on CPU SGLang pads them to a multiple of {tp}: a shape no GPU launch has"
+            return f"{text}: SGLang's CPU engine would pad them, a shape no GPU launch of it has"
         return f"{text}: every rank fails the assertion while building the model"
 
     @property
