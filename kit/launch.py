@@ -72,10 +72,27 @@ def intent_of(profile: Profile, model: CatalogModel, device: str) -> dict[str, A
         "reasoning_parser": profile.reasoning_parser,
         "tool_call_parser": profile.tool_call_parser,
         "watchdog_timeout": profile.watchdog_timeout,
-        "cpu_threads_bind": profile.cpu_threads_bind if device == "cpu" else None,
+        "cpu_threads_bind": cpu_bind_per_rank(profile.cpu_threads_bind, profile.tp)
+        if device == "cpu"
+        else None,
         "host": profile.host,
         "port": profile.container.port,
     }
+
+
+def cpu_bind_per_rank(bind: str | None, ranks: int) -> str | None:
+    """SGLANG_CPU_OMP_THREADS_BIND with one '|' group per rank: the profile's groups, taken in turn.
+
+    SGLang 0.5.23 binds rank i to group i and asserts the group exists (srt/utils/numa_utils.py
+    init_threads_binding), so a profile written for TP 2 ("0|1") fails every rank past the second at
+    --set tp=4; here those ranks share the groups instead ("0|1|0|1"), and the launch says so.
+    """
+    if not bind:
+        return bind
+    groups = bind.split("|")
+    if len(groups) >= ranks:
+        return bind
+    return "|".join(groups[i % len(groups)] for i in range(ranks))
 
 
 def context_of(model: CatalogModel, profile: Profile, hardware: Hardware | None, gpus: int) -> dict[str, Any]:
@@ -125,6 +142,12 @@ def resolve_full(
     container = profile.container
     notes = [f"override: {item}" for item in overrides]
     notes += translation.notes
+    bind = profile.cpu_threads_bind if device == "cpu" else None
+    if bind and cpu_bind_per_rank(bind, profile.tp) != bind:
+        notes.append(
+            f"cpu_threads_bind: {len(bind.split('|'))} group(s) for {profile.tp} ranks, shared in turn: "
+            f"{cpu_bind_per_rank(bind, profile.tp)} (one group per rank: --set cpu_threads_bind=...)"
+        )
     args, env = list(translation.args), dict(translation.env)
     hf_repo = model.facts.hf_id if model.facts.path == model.facts.hf_id else None
     if hf_repo and model.facts.revision:

@@ -3,8 +3,10 @@
     python3 scripts/gpu_hang_rehearsal.py --log FILE --port P [--mode hang|crash] [--crash-after S]
 
 It exists so that `kit watch --pid N --log FILE` (kit/runtime/host_source.py) can be pointed at a
-real process that holds a real GPU and waits in a real torch.distributed rendezvous, on a machine
-without SGLang (scripts/gpu-host-check runs it; docs/gpu-host-check.md).
+real process that holds a real GPU and waits in torch's TCPStore rendezvous (init_process_group ->
+_create_c10d_store), on a machine without SGLang (scripts/gpu-host-check runs it;
+docs/gpu-host-check.md). The wait comes before any NCCL communicator exists, so no NCCL code runs:
+it rehearses the report's symptom (quiet in init, GPU memory held), not an NCCL hang.
 
 What is real and what is borrowed:
 
@@ -22,11 +24,12 @@ What is real and what is borrowed:
 - **The process tree is SGLang's shape.** This launcher starts one scheduler child whose command
   line reads `sglang::scheduler_TP0 ...` (SGLang sets it with setproctitle; here it is argv[0]), so
   the watch takes its py-spy stack as TP0's. The launcher waits without CPU, as SGLang's does.
-- **The GPU and the rendezvous are real.** The scheduler initialises CUDA on cuda:0 and holds
+- **The GPU and the store wait are real.** The scheduler initialises CUDA on cuda:0 and holds
   ~0.5 GiB besides its context (SGLang holds about 1 GB per GPU at this point), then calls
   `torch.distributed.init_process_group(backend="nccl" if CUDA else "gloo",
   init_method="tcp://127.0.0.1:PORT", world_size=2, rank=0, timeout=...)` with rank 1 never
-  started: rank 0 blocks in the TCPStore rendezvous with zero CPU, as in the report. `--mode
+  started: rank 0 blocks in the TCPStore rendezvous with zero CPU, as the report's ranks sat quiet
+  (the backend is named but never reached: NCCL's communicator is made after the store). `--mode
   crash` gives the store a short timeout, so torch raises its own error and the scheduler exits 1
   the way SGLang's does (the launcher then SIGKILLs itself, as SGLang's launcher does).
 

@@ -1,7 +1,7 @@
 """The steps of scripts/gpu-host-check: what the kit's GPU half only models, tried on a real GPU host.
 
 Each step is one subcommand, run by the bash entry under `timeout`, so a stuck step costs only its
-own limit. A step writes its results into $OUT (at most 8 files in all come back from the device
+own limit. A step writes its results into $OUT (at most 11 files in all come back from the device
 machine) and its verdict lines into WORK/status/STEP as `ok|finding|error<TAB>one line`; `summary`
 turns those into $OUT/summary.txt. No step raises past its own main: every error is recorded and
 the next step runs. docs/gpu-host-check.md says what each step proves.
@@ -9,7 +9,9 @@ the next step runs. docs/gpu-host-check.md says what each step proves.
     python3 scripts/gpu_host_check.py STEP --out OUT --work WORK
 
 Steps: wheels (no kit import: puts the missing wheels on PYTHONPATH), import, env, nvml, doctor,
-watch-hang, watch-crash, summary. Everything but `wheels` imports the kit from PYTHONPATH.
+watch-hang, watch-crash, preflight, pytest (tests/runtime/test_gpu_host.py: its log and JUnit XML
+beside the summary), summary (with the commit that ran, commit.txt). Everything but `wheels`
+imports the kit from PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -265,10 +267,11 @@ def result_line(lines: list[str]) -> dict | None:
     return None
 
 
-def summarise(steps: list[tuple[str, list[tuple[str, str]], str]]) -> str:
+def summarise(steps: list[tuple[str, list[tuple[str, str]], str]], commit: str | None = None) -> str:
     """summary.txt: one headline per step (its worst status, first line of that status), then details.
 
     `steps`: (name, [(status, text), ...], extra) where extra is e.g. '12.3 s' or 'timed out'.
+    `commit`: the repository commit the run used, said under the headline.
     """
     rank = {s: i for i, s in enumerate(STATUSES)}
     head, detail = [], []
@@ -282,9 +285,22 @@ def summarise(steps: list[tuple[str, list[tuple[str, str]], str]]) -> str:
         head.append(f"{name:<12} {worst:<8} {first}{f'  [{extra}]' if extra else ''}")
         detail += [f"{name:<12} {status:<8} {text}" for status, text in lines]
     total = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
-    return "\n".join(
-        [f"gpu-host-check: {len(steps)} steps: {total}", "", *head, "", "all lines:", *detail, ""]
+    top = [f"gpu-host-check: {len(steps)} steps: {total}", *([f"commit: {commit}"] if commit else [])]
+    return "\n".join([*top, "", *head, "", "all lines:", *detail, ""])
+
+
+def commit_of(root: Path, given: str | None) -> str:
+    """The commit this copy of the repository is: KIT_CHECK_COMMIT where the copy has no .git (a
+    device machine gets the working tree only), else git's own answer, '+ local changes' if dirty."""
+    if given:
+        return f"{given} (KIT_CHECK_COMMIT)"
+    code, head, _ = sh(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=10)
+    if code != 0 or not re.fullmatch(r"[0-9a-f]{40}", head.strip()):
+        return "unknown: not a git checkout and KIT_CHECK_COMMIT unset"
+    code, changes, _ = sh(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=10
     )
+    return head.strip() + (" + local changes" if code == 0 and changes.strip() else "")
 
 
 # -- wheels (no kit import) ---------------------------------------------------------------------
@@ -956,7 +972,7 @@ def step_watch(args, status: Status, mode: str) -> None:
 # -- summary -----------------------------------------------------------------------------------
 
 
-# -- preflight: SGLang's group code path on real NCCL, and the image probe's collective ---------
+# -- preflight: the rank script's group path on NCCL (peer traffic only with two GPUs), the probe --
 
 
 def ranks_run(
@@ -1038,6 +1054,8 @@ def step_preflight(args, status: Status) -> None:
             f"NCCL {result['nccl']}; transports {result['transports']}; "
             f"steps {[(r.get('step'), r.get('status')) for r in result['steps']]}"
         )
+        if world == 1:  # a world of one has no peer pairs: nothing crossed between GPUs
+            said += "; one rank: no peer traffic tested"
         # more ranks than GPUs: the kit must name the failure, not hang or pass
         if device == "cuda" and world > gpus:
             failed = verdict.get("verdict") not in (None, "ok")
@@ -1070,6 +1088,41 @@ def step_preflight(args, status: Status) -> None:
     dump_json(Path(args.out) / "preflight.json", data)
 
 
+# -- pytest: the same results as gpu tests, their log and JUnit XML beside the summary ------------
+
+GPU_HOST_TESTS = "tests/runtime/test_gpu_host.py"
+
+
+def step_pytest(args, status: Status) -> None:
+    """tests/runtime/test_gpu_host.py under pytest on this host: pytest.txt and pytest-junit.xml in OUT,
+    so a GPU run's summary and its test report are committed side by side (docs/evidence/)."""
+    from kit.testing.junit import counts
+
+    out = Path(args.out)
+    junit = out / "pytest-junit.xml"
+    code, smi, _ = sh(["nvidia-smi", "-L"], timeout=20)
+    gpus = code == 0 and "GPU " in smi
+    # The kit's pytest plugin: by its entry point where the kit is installed, else named (a bare copy).
+    from importlib.metadata import entry_points
+
+    installed = any(e.value.startswith("kit.testing.plugin") for e in entry_points(group="pytest11"))
+    argv = [sys.executable, "-m", "pytest", *([] if installed else ["-p", "kit.testing.plugin"])]
+    argv += ["-m", "gpu", GPU_HOST_TESTS]
+    argv += ["-v", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    argv += ["--kit-require-gpu"] if gpus else []
+    env = {**os.environ, "KIT_TORCH_PYTHON": os.environ.get("KIT_TORCH_PYTHON", sys.executable)}
+    code, stdout, stderr = sh(argv, timeout=args.pytest_limit, cwd=ROOT, env=env)
+    (out / "pytest.txt").write_text(f"$ {' '.join(argv)}\n{stdout}{stderr}\nexit {code}\n", encoding="utf-8")
+    tail = (stdout.strip().splitlines() or ["(no output)"])[-1]
+    if not junit.exists():
+        status.error(f"pytest wrote no JUnit XML (exit {code}): {tail}")
+        return
+    tally = counts(junit.read_text(encoding="utf-8"))
+    said = f"{tally.line()} (exit {code}{'' if gpus else ', no GPU: gpu tests skip'}): {tail.strip('= ')}"
+    # A run that skipped everything showed nothing: a finding, as a failed test is.
+    (status.ok if code == 0 and tally.ran else status.finding)(said)
+
+
 def step_summary(args, status: Status | None = None) -> None:
     work = Path(args.work)
     extras = {}
@@ -1088,7 +1141,9 @@ def step_summary(args, status: Status | None = None) -> None:
                 if state in STATUSES:
                     lines.append((state, text))
         steps.append((name, lines, extras.get(name, "")))
-    text = summarise(steps)
+    commit = commit_of(ROOT, os.environ.get("KIT_CHECK_COMMIT"))
+    (Path(args.out) / "commit.txt").write_text(commit + "\n", encoding="utf-8")
+    text = summarise(steps, commit)
     (Path(args.out) / "summary.txt").write_text(text, encoding="utf-8")
     print(text)
 
@@ -1102,6 +1157,7 @@ STEPS = {
     "watch-hang": lambda a, s: step_watch(a, s, "hang"),
     "watch-crash": lambda a, s: step_watch(a, s, "crash"),
     "preflight": step_preflight,
+    "pytest": step_pytest,
 }
 
 
@@ -1115,6 +1171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall", type=int, default=20, help="watch: the init stall window (s)")
     parser.add_argument("--watch-limit", type=float, default=75, help="watch: its own time limit (s)")
     parser.add_argument("--steps", default=",".join(STEPS), help="summary: the steps, in order")
+    parser.add_argument("--pytest-limit", type=float, default=150, help="pytest: its own time limit (s)")
     args = parser.parse_args(argv)
     # `timeout` sends SIGTERM: end through the finally blocks (they kill what the step started).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

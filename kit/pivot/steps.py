@@ -448,7 +448,13 @@ def step_rows(run: PreflightRun, verdict: RunVerdict | None) -> tuple[StepRow, .
             status = verdict.verdict
         else:
             status = "not run"
-        rows.append(
-            StepRow(step, status, seconds, _detail(step, state.details, run) if status == "ok" else "")
-        )
+        detail = _detail(step, state.details, run) if status == "ok" else ""
+        if status == "ok" and run.world == 1 and step in PEER_STEPS:
+            # A world of one has no peer pairs: the collective ran, but nothing crossed between GPUs.
+            detail = f"{detail}; {NO_PEER_TRAFFIC}" if detail else NO_PEER_TRAFFIC
+        rows.append(StepRow(step, status, seconds, detail))
     return tuple(rows)
+
+
+PEER_STEPS = ("allreduce", "p2p", "sweep")
+NO_PEER_TRAFFIC = "one rank: no peer traffic tested"

@@ -6,7 +6,7 @@ Target `qwen-tiny` (and its MTP, and CPU-rehearsal, variants) serves it. Same `a
 linear key/value heads 128, conv kernel 4, partial rotary 0.25 with the same mrope sections), the
 same 3:1 Gated-DeltaNet : attention pattern, routed + shared experts and one MTP (NEXTN) layer, a
 small vision tower; only the counts are small (hidden 128, 4 layers, 8 experts), so the weights are
-~15 MB and the GPU image's kernels (GDN, fused MoE, flashinfer, the mamba cache) run as they would
+~20 MB and the GPU image's kernels (GDN, fused MoE, flashinfer, the mamba cache) run as they would
 for the real model.
 
 Runs at image build time inside every kit image (it needs torch, safetensors, tokenizers and
@@ -90,7 +90,8 @@ CHAT_TEMPLATE = "".join(
 
 _TEXT_LAYERS = 4
 # config.json, key for key the 122B's (a test holds the key sets equal). Token ids are this
-# tokenizer's (SPECIAL_TOKENS' positions); the vision tower is the smallest that keeps its layout.
+# tokenizer's (SPECIAL_TOKENS' positions); the vision tower is the smallest that keeps its layout
+# and the 122B's head size, and that every TP size (1, 2, 4) divides.
 CONFIG = {
     "architectures": ["Qwen3_5MoeForConditionalGeneration"],
     "model_type": "qwen3_5_moe",
@@ -146,9 +147,12 @@ CONFIG = {
     "vision_config": {
         "model_type": "qwen3_5_moe",
         "depth": 1,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_heads": 2,
+        # The 122B's vision head size (1152 / 16 = 72) with 4 heads: SGLang splits the vision heads
+        # over the TP ranks (divide() in srt/layers/attention/vision.py asserts), so 4 heads serve
+        # TP 1, 2 and 4; the MLP's intermediate size is split the same way.
+        "hidden_size": 288,
+        "intermediate_size": 576,
+        "num_heads": 4,
         "in_channels": 3,
         "patch_size": 16,
         "spatial_merge_size": 2,

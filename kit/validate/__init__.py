@@ -1,13 +1,15 @@
 """`kit validate`: is this launch right for this image? Pure, and well under a second.
 
 Checks, in order: the catalog and overrides parse (else InputError, exit 2); tensor parallel divides
-the heads and equals the GPUs asked for; the memory fit (kit/validate/_memory.py, numbers shown);
+every dimension SGLang splits at model build (kit/validate/_parallel.py) and equals the GPUs asked
+for; on CPU one thread-bind group per rank; the memory fit (kit/validate/_memory.py, numbers shown);
 the image's dialect rules (e.g. 0.5.10's MTP-on-hybrid rule); known pitfalls (pitfalls.toml).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,10 +23,12 @@ from kit.catalog._errors import translate as _schema_error
 from kit.dialects import Rule, matches
 from kit.launch import Resolved, resolve_full
 from kit.validate._memory import MemoryFit, memory_fit
+from kit.validate._parallel import Split, broken_splits, splits_from_facts, splits_of
 
 __all__ = ["Finding", "MemoryFit", "ValidationReport", "findings_for", "memory_fit", "validate"]
 
 PITFALLS = Path(__file__).resolve().parent / "pitfalls.toml"
+CPU_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
 @dataclass(frozen=True)
@@ -86,37 +90,48 @@ def _rule_findings(rules: Sequence[Rule], facts: dict[str, Any], origin: str) ->
     ]
 
 
+@functools.cache
+def _config_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _splits(r: Resolved) -> tuple[Split, ...]:
+    """What the launch splits over TP: the model's config.json (the catalog checked it parses), else facts."""
+    if r.model.config_path is not None:
+        return splits_of(_config_json(r.model.config_path))
+    facts = r.model.facts
+    return splits_from_facts(facts.attention_heads, facts.kv_heads, facts.linear_value_heads)
+
+
+def _bind_findings(r: Resolved) -> list[Finding]:
+    """The CPU engine binds rank i to SGLANG_CPU_OMP_THREADS_BIND's group i (srt/utils/numa_utils.py)."""
+    bind, ranks = r.spec.env.get(CPU_BIND_ENV), r.spec.ranks
+    if r.spec.device != "cpu" or ranks < 2:
+        return []
+    example = "|".join(str(i % 2) for i in range(ranks))
+    key = f"env.{CPU_BIND_ENV}" if CPU_BIND_ENV in r.profile.env else "cpu_threads_bind"
+    source = "sglang 0.5.23 srt/utils/numa_utils.py init_threads_binding"
+    if bind is None:
+        message = f"{CPU_BIND_ENV} is unset: SGLang then wants a NUMA node per rank ({ranks})"
+        return [Finding("cpu-bind-groups", "warning", message, f"--set {key}={example}", source)]
+    groups = len(bind.split("|"))
+    if groups >= ranks:
+        return []
+    message = (
+        f"{CPU_BIND_ENV}={bind} has {groups} bind group(s) for {ranks} ranks: rank {groups} fails at init"
+    )
+    return [
+        Finding("cpu-bind-groups", "error", message, f"one group per rank: --set {key}={example}", source)
+    ]
+
+
 def _parallel_findings(r: Resolved) -> list[Finding]:
-    found: list[Finding] = []
-    facts, tp = r.model.facts, r.profile.tp
-    if facts.attention_heads % tp:
-        found.append(
-            Finding(
-                "tp-heads",
-                "error",
-                f"TP {tp} does not divide the {facts.attention_heads} attention heads",
-                f"use a TP that divides {facts.attention_heads}",
-            )
-        )
-    kv = facts.kv_heads
-    if (tp > kv and tp % kv) or (tp <= kv and kv % tp):
-        found.append(
-            Finding(
-                "tp-kv-heads",
-                "error",
-                f"TP {tp} and {kv} KV heads: neither divides the other",
-                "KV heads are split or replicated evenly only when one divides the other",
-            )
-        )
-    if facts.linear_value_heads and facts.linear_value_heads % tp:
-        found.append(
-            Finding(
-                "tp-linear-heads",
-                "error",
-                f"TP {tp} does not divide the {facts.linear_value_heads} linear-attention value heads",
-                "use a TP that divides them",
-            )
-        )
+    tp, device = r.profile.tp, r.spec.device
+    found = [
+        Finding(b.split.id, "error", b.message, b.fix, b.split.source)
+        for b in broken_splits(_splits(r), tp, r.spec.argv, device)
+    ]
+    found += _bind_findings(r)
     if r.spec.device == "cuda":
         per_node = r.spec.gpus
         if tp != per_node * r.profile.nnodes:

@@ -88,7 +88,7 @@ def test_set_nnodes_1_on_a_single_node_bundle_changes_nothing_and_exits_2(tmp_pa
         ("tp=4", "argv: --tp-size 2 -> 4"),
         ("cuda_graph=true", "argv: removed --disable-cuda-graph"),
         ("attention_backend=triton", "argv: added --attention-backend triton"),
-        ('cpu_threads_bind="0"', "env SGLANG_CPU_OMP_THREADS_BIND: 0|1 -> 0"),
+        ('cpu_threads_bind="1|0"', "env SGLANG_CPU_OMP_THREADS_BIND: 0|1 -> 1|0"),
         ("env.NCCL_P2P_DISABLE=1", "env NCCL_P2P_DISABLE: (unset) -> 1"),
         ("timing.stall_windows.init=30", "limits stall_window_s.init: 8.0 -> 30.0"),
         ("container.shm_size=4g", "container shm_size: 2g -> 4g"),

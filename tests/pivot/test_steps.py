@@ -284,3 +284,18 @@ def test_any_event_order_gives_a_consistent_verdict(events, now):
         assert verdict.step == run.active_step()
         assert {r.step: r.status for r in rows}[verdict.step] == verdict.verdict
         assert set(verdict.ranks) == set(run.not_through(verdict.step))
+
+
+def test_a_one_rank_run_says_no_peer_traffic_was_tested():
+    """A world of one has no peer pairs: its collectives pass without a byte crossing between GPUs."""
+    rows = {}
+    for world in (1, 2):
+        run = PreflightRun(world, STEPS, CPU, 100.0)
+        feed_all(run, healthy(world))
+        rows[world] = {row.step: row for row in step_rows(run, run.verdict(200.0))}
+    for step in ("allreduce", "p2p", "sweep"):
+        assert rows[1][step].status == "ok" and rows[1][step].detail.endswith(
+            "one rank: no peer traffic tested"
+        )
+        assert "no peer traffic" not in rows[2][step].detail
+    assert "no peer traffic" not in rows[1]["init"].detail

@@ -3,10 +3,13 @@
 The other `gpu` tests need the GPU image and an engine too (they are marked `docker` as well); these
 need only NVIDIA GPUs and a Python with CUDA torch for the processes they watch ($KIT_TORCH_PYTHON,
 else this interpreter when it has one). What they hold, each against the driver's own answer:
-NVML's inventory against nvidia-smi, a process's GPU memory read by its host PID, `kit watch --pid`
-naming a real NCCL rendezvous that never completes as HUNG in init while leaving it running, and
-the preflight rank script passing on real NCCL. First run on an H200 on 2026-12-04
-(docs/gpu-host-check.md); on a GPU runner, `--kit-require-gpu` turns any skip here into a failure.
+NVML's inventory against nvidia-smi, a process's GPU memory read by its host PID (NVML's own
+per-process figure wherever NVML gives one), `kit watch --pid` naming a rank that waits in torch's
+TCPStore rendezvous (`_create_c10d_store`, before any NCCL communicator exists) as HUNG in init
+while leaving it running, the preflight rank script on one GPU (NCCL initialises; no peer traffic)
+and, on two GPUs or more, between two ranks. First run on an H200 on 2026-12-04
+(docs/gpu-host-check.md, docs/evidence/); on a GPU runner, `--kit-require-gpu` turns any skip here
+(the two-GPU test on a one-GPU runner included) into a failure.
 """
 
 from __future__ import annotations
@@ -82,21 +85,35 @@ def test_a_processs_gpu_memory_is_read_by_its_host_pid(gpus, torch_python):
     )
     try:
         reserved = int(child.stdout.readline())
+        # NVML's own answer, read raw: does it give this PID a figure of its own here?
+        raw = [
+            r for r in check.nvml_processes(gpus.lib) if r.get("pid") == child.pid and r["kind"] == "compute"
+        ]
+        assert raw, "NVML does not list the child's host PID"
+        per_process = all(r["used_bytes"] is not None for r in raw)
         usage = gpus.usage([child.pid])
         assert [r.index for r in usage.readings] == [0]
-        if usage.readings[0].whole_device:  # no per-process figure here: the reading must say so
-            assert usage.memory_bytes >= reserved
-        else:  # the allocation plus the CUDA context, and not the whole card
-            assert reserved <= usage.memory_bytes < reserved + 2 * GIB
+        if not per_process:
+            pytest.skip(
+                "NVML gives no per-process figure on this host (usedGpuMemory not available): "
+                f"the reading is the whole device's, flagged so: {usage.readings[0].whole_device}"
+            )
+        # Per-process figures: the reading is NVML's figure for this PID, never the whole-device stand-in;
+        # the allocation plus the CUDA context, and not the whole card.
+        assert not usage.readings[0].whole_device
+        assert usage.memory_bytes == sum(r["used_bytes"] for r in raw)
+        assert reserved <= usage.memory_bytes < reserved + 2 * GIB
         assert not gpus.usage([os.getpid() + 10_000_000]).readings  # a PID with nothing on a GPU
     finally:
         child.stdin.close()
         child.wait(30)
 
 
-def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(tmp_path, torch_python):
-    """The mission's hang through the host path: rank 0 of TP 2 on a real GPU waits in NCCL's
-    rendezvous for a rank that never comes (scripts/gpu_hang_rehearsal.py, SGLang 0.5.23's lines)."""
+def test_watch_names_a_tcpstore_rendezvous_wait_hung_in_init_and_leaves_it_running(tmp_path, torch_python):
+    """The mission's hang shape through the host path: rank 0 of TP 2 holds a real GPU and waits in
+    torch's TCPStore rendezvous (init_process_group -> _create_c10d_store) for a rank that never
+    comes, before any NCCL communicator exists (scripts/gpu_hang_rehearsal.py, SGLang 0.5.23's lines).
+    It shows the watch on a quiet wait in init; it does not show an NCCL collective hanging."""
     import psutil
 
     log = tmp_path / "server.log"
@@ -129,9 +146,28 @@ def test_watch_names_a_real_nccl_rendezvous_hang_in_init_and_leaves_it_running(t
         rehearsal.wait(30)
 
 
-def test_the_preflight_rank_script_passes_on_nccl_with_one_rank_per_gpu(tmp_path, torch_python, gpus):
-    """The request `kit preflight` sends, run on the host's torch and read back by PreflightRun."""
-    result = check.ranks_run(tmp_path, min(gpus.count, 2), timeout=90, python=torch_python)
+def test_the_preflight_rank_script_on_one_gpu_initialises_nccl_and_says_no_peer_traffic(
+    tmp_path, torch_python, gpus
+):
+    """The request `kit preflight` sends, one rank, run on the host's torch and read back by
+    PreflightRun: NCCL initialises and its one-rank collectives pass; no byte crosses between GPUs."""
+    result = check.ranks_run(tmp_path, 1, timeout=90, python=torch_python)
     assert result["device"] == "cuda" and result["exit_code"] == 0, result["stdout_tail"]
     assert (result["verdict"] or {}).get("verdict") == "ok", result["errors"]
     assert result["nccl"]  # read from NCCL's own INFO lines
+    steps = {row["step"]: row for row in result["steps"]}
+    assert all("no peer traffic tested" in steps[s]["detail"] for s in ("allreduce", "p2p", "sweep"))
+
+
+def test_the_preflight_rank_script_moves_data_between_two_gpus_over_nccl(tmp_path, torch_python, gpus):
+    """Peer traffic needs peers: two ranks on two GPUs, every pair written and checked, NCCL's own
+    transport lines naming how the bytes crossed."""
+    if gpus.count < 2:
+        pytest.skip(f"peer traffic needs two GPUs; this host has {gpus.count}")
+    result = check.ranks_run(tmp_path, 2, timeout=90, python=torch_python)
+    assert result["device"] == "cuda" and result["exit_code"] == 0, result["stdout_tail"]
+    assert (result["verdict"] or {}).get("verdict") == "ok", result["errors"]
+    steps = {row["step"]: row for row in result["steps"]}
+    assert int(steps["p2p"]["detail"].split()[0]) >= 1, steps["p2p"]  # "N pairs written and checked"
+    assert result["transports"], "NCCL said nothing about how ranks 0 and 1 connect"
+    assert not any("no peer traffic" in row["detail"] for row in result["steps"])

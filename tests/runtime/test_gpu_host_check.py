@@ -257,3 +257,34 @@ def test_the_nvml_step_on_an_h200_shaped_host_agrees_with_its_nvidia_smi(tmp_pat
     statuses = (tmp_path / "status" / "nvml").read_text().splitlines()
     assert [line.split("\t")[0] for line in statuses] == ["ok"] * 5, statuses
     assert "NVML and nvidia-smi agree on all 9 compared facts" in statuses[1]
+
+
+def test_the_summary_names_the_commit_the_run_used(tmp_path):
+    text = check.summarise([("env", [("ok", "1 GPU")], "1 s")], commit="0" * 40)
+    assert text.splitlines()[:2] == [
+        "gpu-host-check: 1 steps: 1 ok, 0 finding, 0 error",
+        f"commit: {'0' * 40}",
+    ]
+    # Given (a device machine's copy has no .git), else git's own answer, else it says it does not know.
+    assert check.commit_of(tmp_path, "abc123") == "abc123 (KIT_CHECK_COMMIT)"
+    assert check.commit_of(tmp_path, None).startswith("unknown: not a git checkout")
+    head = check.commit_of(ROOT, None)
+    assert head.split()[0] == check.sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"])[1].strip()
+
+
+def test_the_pytest_step_writes_the_log_and_junit_beside_the_summary(tmp_path):
+    """The real step on this machine: no GPU here, so the gpu tests skip and the step says it showed
+    nothing (a finding), with pytest's own log and JUnit XML in OUT next to summary.txt."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    assert check.main(["pytest", "--out", str(out), "--work", str(work), "--pytest-limit", "300"]) == 0
+    assert check.main(["summary", "--out", str(out), "--work", str(work), "--steps", "pytest"]) == 0
+    assert {p.name for p in out.iterdir()} == {"summary.txt", "commit.txt", "pytest.txt", "pytest-junit.xml"}
+    summary = (out / "summary.txt").read_text()
+    tests = len(
+        [line for line in (out / "pytest.txt").read_text().splitlines() if "test_gpu_host.py::" in line]
+    )
+    assert tests >= 5  # pytest -v printed each gpu test of test_gpu_host.py
+    if "GPU " not in (check.sh(["nvidia-smi", "-L"])[1] or ""):
+        assert "pytest       finding  " in summary and "passed, 0 failed, 0 errors" in summary
+    assert (out / "commit.txt").read_text().strip() in summary

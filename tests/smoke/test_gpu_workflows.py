@@ -1,7 +1,9 @@
 """The two GPU workflows test what they claim: the quick one selects every gpu-marked test of the
-tree (collected with its own pytest arguments and compared with every test's markers), the nightly
-one every full_model test, one job per target; both fail without a GPU and when they tested nothing,
-upload bundles on failure; the nightly jobs' timeouts are the catalog's deadlines, computed."""
+tree (collected with its own pytest arguments and compared with every test's markers) and runs the
+tiny smoke again at every larger TP the runner has GPUs for (its shell run here with stand-in
+nvidia-smi and pytest), the nightly one every full_model test, one job per target; both fail
+without a GPU and when they tested nothing, upload bundles on failure; the nightly jobs' timeouts
+are the catalog's deadlines, computed."""
 
 from __future__ import annotations
 
@@ -37,9 +39,10 @@ def pytest_collection_finish(session):
 
 def pytest_args(run: str) -> list[str]:
     """The arguments of the `.venv/bin/pytest` command in a step, minus report-only ones."""
-    words = shlex.split(run.replace("\\\n", " ").split(".venv/bin/pytest", 1)[1].split("\n", 1)[0])
+    command = run.replace("\\\n", " ").split(".venv/bin/pytest", 1)[1].split("\n", 1)[0]
+    words = shlex.split(command.split(" || ", 1)[0])  # the TP loop's `|| status=1` is shell, not pytest's
     words = [w for w in words if not w.startswith(("--junitxml", "-r"))]
-    return [os.path.expandvars(w).replace("$TP", "1") for w in words]
+    return [os.path.expandvars(w).replace("$tp", "2") for w in words]
 
 
 def steps(workflow: dict, job: str) -> list[dict]:
@@ -47,8 +50,17 @@ def steps(workflow: dict, job: str) -> list[dict]:
 
 
 def pytest_step(workflow: dict, job: str) -> dict:
-    [step] = [s for s in steps(workflow, job) if ".venv/bin/pytest" in s.get("run", "")]
+    """The job's pytest step over every test of its kind (the quick job's TP loop is TP_STEP)."""
+    [step] = [s for s in steps(workflow, job) if ".venv/bin/pytest" in s.get("run", "") and s is not TP_STEP]
     return step
+
+
+def named(workflow: dict, job: str, prefix: str) -> dict:
+    [step] = [s for s in steps(workflow, job) if s.get("name", "").startswith(prefix)]
+    return step
+
+
+TP_STEP = named(QUICK, "quick", "Tiny smoke at TP")
 
 
 def collect(tmp_path: Path, name: str, args: list[str]) -> subprocess.Popen:
@@ -85,6 +97,7 @@ def collected(tmp_path: Path, runs: dict[str, list[str]]) -> dict[str, dict[str,
 @pytest.mark.slow
 def test_the_workflows_select_every_gpu_test_of_the_tree(tmp_path):
     runs = {"all": [], "quick": pytest_args(pytest_step(QUICK, "quick")["run"])}
+    runs["quick-tp"] = pytest_args(TP_STEP["run"])
     runs |= {job: pytest_args(pytest_step(NIGHTLY, job)["run"]) for job in TARGETS_OF}
     found = collected(tmp_path, runs)
     everything = found["all"]
@@ -96,6 +109,9 @@ def test_the_workflows_select_every_gpu_test_of_the_tree(tmp_path):
     assert any("[qwen-tiny-mtp]" in test for test in gpu) and any("[qwen-tiny]" in test for test in gpu)
 
     assert set(found["quick"]) == gpu, sorted(gpu ^ set(found["quick"]))[:10]
+    # At TP 2 and 4: the tiny production smoke, both targets, and nothing else.
+    tiny = {t for t in gpu if t.startswith("tests/smoke/test_smoke.py") and "[qwen-tiny" in t}
+    assert tiny and set(found["quick-tp"]) == tiny, sorted(tiny ^ set(found["quick-tp"]))[:10]
     assert not full & set(found["quick"])
     nightly = set()
     for job, targets in TARGETS_OF.items():
@@ -127,7 +143,7 @@ def test_both_fail_without_a_gpu_and_when_they_tested_nothing():
         assert "--kit-require-gpu" in pytest_step(workflow, job)["run"]
         report = pytest_step(workflow, job)["run"].split("--junitxml=", 1)[1].split()[0]
         [check] = [s for s in steps(workflow, job) if "kit.testing.junit" in s.get("run", "")]
-        assert check["if"] == "always()" and check["run"].endswith(report)
+        assert check["if"] == "always()" and report in check["run"]
         [bundles] = [s for s in steps(workflow, job) if "bundles" in s.get("with", {}).get("path", "")]
         assert bundles["if"] == "failure()" and "~/.cache/kit/runs/" in bundles["with"]["path"]
 
@@ -163,3 +179,61 @@ def test_a_report_of_skips_or_nothing_is_a_job_that_tested_nothing(tmp_path):
         junit.counts(JUNIT.format(e=0, f=1, s=2, t=5)).line()
         == "5 tests: 2 passed, 1 failed, 0 errors, 2 skipped"
     )
+
+
+def _shell(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A step's script under GitHub's bash options, with the stand-ins in tmp_path/bin first on PATH."""
+    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=tmp_path, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def _stand_in(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(("gpus", "tps"), [(1, "1"), (2, "1 2"), (3, "1 2"), (4, "1 2 4"), (8, "1 2 4")])
+def test_the_quick_job_runs_the_tiny_smoke_at_every_tp_the_runners_gpus_allow(tmp_path, gpus, tps):
+    # nvidia-smi -L prints one 'GPU i: ...' line per device; topo and the bare call print a table.
+    lines = "".join(f"GPU {i}: NVIDIA RTX PRO 6000 (UUID: GPU-{i})\\n" for i in range(gpus))
+    _stand_in(tmp_path / "bin" / "nvidia-smi", f'[ "$1" = -L ] && printf "{lines}"; exit 0\n')
+    github_env = tmp_path / "github_env"
+    first = named(QUICK, "quick", "GPUs and topology")
+    done = _shell(first["run"], tmp_path, {"GITHUB_ENV": str(github_env)})
+    assert done.returncode == 0, done.stderr
+    env = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+    assert env == {"GPUS": str(gpus), "TPS": tps, "TP_MAX": tps.split()[-1]}
+
+    # The TP step with a stand-in pytest that records its arguments: once per TP above 1.
+    _stand_in(tmp_path / ".venv" / "bin" / "pytest", 'echo "$*" >> "$KIT_RUNS"\n')
+    runs = tmp_path / "runs"
+    done = _shell(TP_STEP["run"], tmp_path, {**env, "KIT_RUNS": str(runs)})
+    assert done.returncode == 0, done.stderr
+    called = runs.read_text().splitlines() if runs.exists() else []
+    assert [c.split("--kit-set tp=", 1)[1].split()[0] for c in called] == [t for t in tps.split() if t != "1"]
+    assert all(c.startswith("tests/smoke/test_smoke.py -m gpu --kit-require-gpu") for c in called)
+    assert all(
+        f"--junitxml=reports/gpu-quick-tp{t}.xml" in c for c, t in zip(called, tps.split()[1:], strict=True)
+    )
+
+
+def test_a_failing_tp_fails_the_step_and_a_missing_report_fails_the_check(tmp_path):
+    _stand_in(tmp_path / ".venv" / "bin" / "pytest", 'case "$*" in *tp=2*) exit 1;; esac\n')
+    done = _shell(TP_STEP["run"], tmp_path, {"TPS": "1 2 4"})
+    assert done.returncode == 1  # TP 2 failed; TP 4 still ran (the loop goes on)
+    check = next(s for s in steps(QUICK, "quick") if "kit.testing.junit" in s.get("run", ""))
+    # python -m kit.testing.junit REPORT: here, "tested something" = the report exists.
+    _stand_in(
+        tmp_path / ".venv" / "bin" / "python",
+        '[ -e "$3" ] && echo "ok $3" >> "$KIT_RUNS" || echo "no $3" >> "$KIT_RUNS"; [ -e "$3" ]\n',
+    )
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    (tmp_path / "reports" / "gpu-quick.xml").write_text("<testsuites/>")
+    runs = tmp_path / "runs"
+    done = _shell(check["run"], tmp_path, {"TPS": "1 2", "KIT_RUNS": str(runs)})
+    assert done.returncode == 1  # reports/gpu-quick-tp2.xml is missing
+    assert runs.read_text().splitlines() == ["ok reports/gpu-quick.xml", "no reports/gpu-quick-tp2.xml"]

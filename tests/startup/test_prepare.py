@@ -27,7 +27,7 @@ def test_the_first_error_names_its_rule_and_fix_and_counts_the_rest():
         prepare_launch("tiny", overrides=["tp=3"])
     error = caught.value
     assert error.field == "tp-heads"
-    assert "(+1 more)" in error.problem  # tp-kv-heads too
+    assert "(+2 more)" in error.problem  # tp-kv-heads and tp-mlp-intermediate (128) too
     assert "kit validate tiny" in error.hint and "--no-validate" in error.hint
 
 
