@@ -113,6 +113,10 @@ class LogParser:
                 self._previous = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
             events.extend(self._feed_one(text[start:end], hit.start() - start))
             pos = end + 1
+        # The next buffer's first line may open a traceback: its context is this buffer's last
+        # line, whether or not that line was fed one at a time (feeding by chunks == in bulk).
+        last = text[text.rfind("\n") + 1 :]
+        self._previous = last[:-1] if last.endswith("\r") else last
         return events
 
     def flush(self) -> list[Event]:

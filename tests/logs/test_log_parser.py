@@ -129,3 +129,15 @@ def test_a_runaway_indented_block_after_a_traceback_is_bounded():
     [error] = parse_text(text)
     assert len(error.fields["traceback"].splitlines()) <= 401
     assert error.fields["exception"] == "ValueError: end"
+
+
+def test_a_traceback_opening_a_buffer_takes_the_last_line_of_the_buffer_before_as_context():
+    # Found by hypothesis: a reader that is handed "...\n    frame(" and then "Traceback ..." must
+    # not give the traceback the rank and time of an older prefixed line (bulk parsing does not).
+    first = "[2026-12-02 13:46:12 TP1] Init parallel begin.\n    scheduler = Scheduler("
+    second = "Traceback (most recent call last):\n[2026-12-02 13:46:12 TP1] Init parallel begin."
+    parser = LogParser()
+    chunked = parser.feed_text(first) + parser.feed_text(second) + parser.flush()
+    assert chunked == parse_text(first + "\n" + second)
+    [traceback] = [e for e in chunked if e.fields.get("kind") == "traceback"]
+    assert traceback.rank is None and "message" not in traceback.fields
