@@ -16,11 +16,16 @@ from kit.errors import ExitCode
 from kit.logs import PhaseLimits
 from kit.runtime import server as runtime
 from kit.spec import LaunchSpec
+from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.server import start_server
 from kit.startup.up import follow_container, run_up
 from kit.testing import checks, serving, speculative
 from kit.testing.checks import CheckResult
+
+# A smoke test exists to hold the start to the profile's deadlines: a passed one fails it (DEADLINE),
+# where `kit up` reports it and follows on (kit/startup/overrun.py).
+STRICT = DeadlinePolicy.VERDICT
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,9 @@ def run_smoke(
 
     server = start_server(spec, fault=fault, diagnose=True)
     try:
-        up = follow_container(server.container, spec, limits, session=server.session, first_token=False)
+        up = follow_container(
+            server.container, spec, limits, session=server.session, first_token=False, deadline_policy=STRICT
+        )
         _serving_checks(up, spec, server.url, server.container, tool_call=tool_spec is None, add=add)
     finally:
         runtime.remove(server.container)  # raises a KitError naming the container if it cannot
@@ -101,7 +108,12 @@ def run_smoke(
         tools = start_server(tool_spec, diagnose=True)
         try:
             ready = follow_container(
-                tools.container, tool_spec, limits, session=tools.session, first_token=False
+                tools.container,
+                tool_spec,
+                limits,
+                session=tools.session,
+                first_token=False,
+                deadline_policy=STRICT,
             )
             add(
                 [
