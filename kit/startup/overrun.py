@@ -89,6 +89,10 @@ class LoadProgress:
         return "".join(parts)
 
 
+def _size(n: float) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB else f"{n / MB:.0f} MB"
+
+
 def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:02.0f} min"
@@ -134,7 +138,7 @@ def still_moving(
     if rate is not None and rate >= min_rate_bytes_s:
         last_read = next((s.read_bytes for s in reversed(samples) if s.read_bytes is not None), 0) or 0
         read = max(0, last_read - (read_at_stage_start or 0))
-        parts.append(f"{read / GB:.1f} GB read, {rate / MB:.0f} MB/s")
+        parts.append(f"{_size(read)} read, {rate / MB:.0f} MB/s")
     if len(samples) >= 2:
         first, last = samples[0], samples[-1]
         if first.gpu_mem_bytes is not None and last.gpu_mem_bytes is not None:
