@@ -43,7 +43,7 @@ def _replay(name: str):
 
 
 def test_a_load_past_its_deadline_that_still_reads_is_followed_to_ready():
-    source, spec, limits = _replay("cold-load")
+    source, _spec, limits = _replay("cold-load")
     watcher = Watcher(source, limits)  # the default policy: kit up, kit watch
     verdict = watcher.run()
     assert isinstance(verdict, Ready)
@@ -55,7 +55,7 @@ def test_a_load_past_its_deadline_that_still_reads_is_followed_to_ready():
 
 
 def test_the_smoke_policy_still_ends_the_same_load_with_deadline():
-    source, spec, limits = _replay("cold-load")
+    source, _spec, limits = _replay("cold-load")
     verdict = Watcher(source, limits, deadline_policy=DeadlinePolicy.VERDICT).run()
     assert isinstance(verdict, Deadline) and verdict.phase.value == "load"
     assert verdict.limit_s == LOAD_DEADLINE and verdict.exit_code == 5
@@ -82,10 +82,12 @@ def test_a_stage_past_its_deadline_that_then_stops_moving_is_hung_and_says_both(
 
 
 def test_the_live_view_says_it_once_and_shows_the_load_against_the_checkpoint_size():
-    source, spec, limits = _replay("cold-load")
+    source, _spec, limits = _replay("cold-load")
     out = io.StringIO()
     watcher = Watcher(source, limits)
-    with LiveView(Console(file=out, force_terminal=False, width=200), title="t", load_bytes=234 * GIB) as view:
+    with LiveView(
+        Console(file=out, force_terminal=False, width=200), title="t", load_bytes=234 * GIB
+    ) as view:
         watcher.run(view.update, poll_s=0.25)
     text = out.getvalue()
     assert text.count("load passed its 300 s deadline, still moving: ") == 1
@@ -95,7 +97,7 @@ def test_the_live_view_says_it_once_and_shows_the_load_against_the_checkpoint_si
 
 
 def test_json_lines_carry_the_deadline_event_and_the_load_progress(capsys):
-    source, spec, limits = _replay("cold-load")
+    source, _spec, limits = _replay("cold-load")
     watcher = Watcher(source, limits)
     with LiveView(Console(file=io.StringIO()), title="t", as_json=True, load_bytes=234 * GIB) as view:
         watcher.run(view.update, poll_s=0.25)
@@ -142,12 +144,13 @@ def test_still_moving_names_reads_gpu_memory_compile_and_cpu():
     ]
     said = still_moving(grow, quiet_for_s=3)
     assert said == (
-        "GPU memory +2.00 GiB, compile writes +5.0 MB, 2 compilers alive, CPU 0.9 cores, last progress 3 s ago"
+        "GPU memory +2.00 GiB, compile writes +5.0 MB, 2 compilers alive, CPU 0.9 cores, "
+        "last progress 3 s ago"
     )
     assert still_moving([], quiet_for_s=1) == "last progress 1 s ago"  # output lines only
 
 
 def test_a_hung_verdict_is_never_turned_into_a_report():
-    source, spec, limits = _replay("stalled-load")
+    source, _spec, limits = _replay("stalled-load")
     verdict = Watcher(source, limits).run()
     assert isinstance(verdict, Hung) and verdict.phase.value == "load"
