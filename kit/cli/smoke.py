@@ -49,6 +49,14 @@ def smoke(
         if tool_overrides
         else None
     )
+    from kit.testing.speculative import simulated_overrides
+
+    simulated = simulated_overrides(spec)  # a start under SGLang's accepted-draft simulation
+    simulated_spec = (
+        prepare_launch(target, image=image, overrides=(*overrides, *simulated), validate=not no_validate)
+        if simulated
+        else None
+    )
     api_key_from_env(spec, required=bool(spec.api_key_env))
     out = console()
     interruptible()  # Ctrl-C and SIGTERM unwind through run_smoke's cleanup: no container stays
@@ -66,6 +74,7 @@ def smoke(
         on_check=progress,
         tool_spec=tool_spec,
         fault=fault,
+        simulated_spec=simulated_spec,
     )
     show(report, as_json=as_json, human=_table)
     raise SystemExit(report.exit_code)
