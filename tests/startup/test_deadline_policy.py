@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 
 import pytest
 from rich.console import Console
 
 from kit.launch import resolve
 from kit.logs import ActivitySample, Deadline, Hung, Ready
+from kit.logs.schema import problems
+from kit.output import jsonable
 from kit.scenarios import load_scenario
 from kit.scenarios.replay import ReplaySource
 from kit.startup import limits_from_spec
@@ -71,6 +74,7 @@ def test_the_result_is_ready_exit_0_and_names_the_stage_that_passed_its_deadline
     assert 1490 <= row.took_s <= 1530  # the whole load, as the timeline has it
     assert "(load past its deadline)" in headline(result)
     assert any("load passed its 300 s deadline (took 15" in line for line in verdict_lines(result))
+    assert problems({"type": "result", **jsonable(result)}, "up-result") == []
 
 
 def test_a_stage_past_its_deadline_that_then_stops_moving_is_hung_and_says_both():
@@ -101,9 +105,8 @@ def test_json_lines_carry_the_deadline_event_and_the_load_progress(capsys):
     watcher = Watcher(source, limits)
     with LiveView(Console(file=io.StringIO()), title="t", as_json=True, load_bytes=234 * GIB) as view:
         watcher.run(view.update, poll_s=0.25)
-    import json
-
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(problems(line, "up-events") == [] for line in lines)  # docs/schema/up-events.json
     [late] = [line for line in lines if line["type"] == "deadline"]
     assert late["stage"] == "load" and late["limit_s"] == LOAD_DEADLINE and "156 MB/s" in late["moving"]
     loads = [line for line in lines if line["type"] == "activity" and "load_read_bytes" in line]
