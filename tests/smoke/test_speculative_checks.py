@@ -101,3 +101,14 @@ def test_the_tiny_mtp_profile_asks_for_a_simulated_start_with_real_draft_tokens(
     # neither the plain profiles nor the full model's MTP start a simulated server
     for target in ("qwen-tiny", "qwen-mtp", "tiny", "tiny-qwen"):
         assert speculative.simulated_overrides(resolve(target)) == ()
+
+
+def test_the_reference_keeps_its_top2_gaps_and_the_mtp_start_is_judged_by_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    key = speculative.key_for(resolve("qwen-tiny"), "base")
+    speculative.save_reference(key, "qwen-tiny", answers.Greedy((11, 21, 31, 41, 51), "ref", META, 0.1))
+    stored = speculative.load_reference(key)
+    assert stored["top2_gaps"][1] == pytest.approx(0.004) and stored["top2_gaps"][2] is None
+    assert judge_greedy(greedy([11, 22, 0, 0, 0]), stored, 0.05)[0]  # a tie at token 1
+    assert not judge_greedy(greedy([11, 21, 99, 41, 51]), stored, 0.05)[0]  # no gap known at token 2
+    assert not judge_greedy(greedy([12, 21, 31, 41, 51]), stored, 0.05)[0]  # a clear margin at token 0
