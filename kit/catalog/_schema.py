@@ -221,6 +221,17 @@ class Smoke(_Strict):
     min_accept_length: Annotated[float, Field(ge=1.0, le=64)] | None = None
     """Speculative profiles: the floor for SGLang's average acceptance length (accepted draft tokens
     + 1 per verify step, so never below 1.0 when it works). Unset: 1.0."""
+    simulate_accept_length: Annotated[float, Field(ge=1.0, le=64)] | None = None
+    """Speculative profiles: also start the profile under SGLang's own accepted-draft simulation
+    (SGLANG_SIMULATE_ACC_LEN with real draft tokens, srt/speculative/spec_utils.py in 0.5.23) at this
+    acceptance length, so accepted drafts are committed even on random weights, and hold SGLang's
+    reported acceptance length to it within `accept_length_tolerance`. Unset: no simulated start."""
+    accept_length_tolerance: Annotated[float, Field(gt=0, le=4)] = 0.25
+    """How far SGLang's reported acceptance length may lie from the simulated one."""
+    greedy_tie_epsilon: Annotated[float, Field(ge=0, le=5)] = 0.05
+    """Speculative profiles: a first differing greedy token is a tie, not a failure, where the reference
+    run's top-1 and top-2 logprobs there lie within this many nats (bf16 rounding across the verify
+    pass's shapes can flip such an argmax)."""
     serving_window_s: Annotated[float, Field(gt=0, le=600)] = 10.0
     """Seconds of back-to-back requests after the other checks; the server must still be serving."""
     tool_call_overrides: tuple[str, ...] = ()

@@ -29,11 +29,13 @@ def smoke(
 ) -> None:
     """Start TARGET and run the smoke checks: init and first token within deadlines, health,
     repeatable greedy answers, one structured-output request, one tool call, for a speculative
-    profile its greedy answer against the reference profile's and SGLang's acceptance length, a
-    serving window, and (rehearsal) planted hang and crash named.
+    profile its greedy answer against the reference profile's (a tie is no failure) and SGLang's
+    acceptance length (under SGLang's draft simulation too, where the profile asks), a serving window,
+    and (rehearsal) planted hang and crash named.
 
-    A start that does not reach READY exits as `kit up` does (CRASHED, HUNG, DEADLINE); after READY,
-    any failed check is FAILED."""
+    A start that does not reach READY exits with its verdict (CRASHED, HUNG); a stage past its
+    deadline ends it with DEADLINE (here the deadline is what is tested); after READY, any failed
+    check is FAILED."""
     from kit.cli.signals import interruptible
     from kit.launch import api_key_from_env
     from kit.model import require_model
@@ -47,6 +49,14 @@ def smoke(
     tool_spec = (
         prepare_launch(target, image=image, overrides=(*overrides, *tool_overrides), validate=not no_validate)
         if tool_overrides
+        else None
+    )
+    from kit.testing.speculative import simulated_overrides
+
+    simulated = simulated_overrides(spec)  # a start under SGLang's accepted-draft simulation
+    simulated_spec = (
+        prepare_launch(target, image=image, overrides=(*overrides, *simulated), validate=not no_validate)
+        if simulated
         else None
     )
     api_key_from_env(spec, required=bool(spec.api_key_env))
@@ -66,6 +76,7 @@ def smoke(
         on_check=progress,
         tool_spec=tool_spec,
         fault=fault,
+        simulated_spec=simulated_spec,
     )
     show(report, as_json=as_json, human=_table)
     raise SystemExit(report.exit_code)

@@ -61,7 +61,28 @@ def _finish(result, as_json: bool, *, container: bool = True) -> None:
     raise SystemExit(result.exit_code)
 
 
+def _policy(strict: bool):
+    from kit.startup.overrun import DeadlinePolicy
+
+    return DeadlinePolicy.VERDICT if strict else DeadlinePolicy.REPORT
+
+
+def _load_bytes(spec) -> int | None:
+    """The checkpoint's size on disk from the catalog: what the live view measures a load against."""
+    from kit.catalog import load_catalog
+
+    model = load_catalog().models.get(spec.model)
+    return None if model is None else int(model.facts.size_on_disk_gib * (1 << 30))
+
+
 def _limit_options(func):
+    func = click.option(
+        "--strict-deadlines",
+        "strict",
+        is_flag=True,
+        help="End with DEADLINE when a stage passes its deadline while still moving, as kit smoke does "
+        "(default: say so and follow on to READY, HUNG or CRASHED). The server is never removed for it.",
+    )(func)
     func = click.option(
         "--stall",
         "stall",
@@ -114,11 +135,12 @@ def fault_option(help: str):
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
 def up(
-    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall
+    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall, strict
 ) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
-    The container is removed afterwards unless --keep.
+    A stage past its deadline that still moves is reported and followed on (READY with the stage
+    named); the container is removed afterwards unless --keep, and never for a passed deadline.
     """
     from kit.launch import api_key_from_env
     from kit.model import require_model
@@ -133,7 +155,7 @@ def up(
     limits = _limits(spec, deadline, stall)
     interruptible()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")
-    with LiveView(console(), title=title, as_json=as_json) as view:
+    with LiveView(console(), title=title, as_json=as_json, load_bytes=_load_bytes(spec)) as view:
         result = run_up(
             spec,
             limits,
@@ -142,6 +164,7 @@ def up(
             on_progress=view.update,
             on_start=lambda s: view.started(s.name, s.url),
             first_token=first_token,
+            deadline_policy=_policy(strict),
         )
     _finish(result, as_json)
 
@@ -183,7 +206,9 @@ def up(
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def watch(container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall):
+def watch(
+    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall, strict
+):
     """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it.
 
     --pid N or --unit NAME follow a server that runs as host processes (docs/baremetal.md); limits
@@ -196,7 +221,18 @@ def watch(container, pid, unit, log_file, target, image, first_token, max_attemp
 
     if pid is not None or unit is not None or log_file:
         _watch_host(
-            container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+            container,
+            pid,
+            unit,
+            log_file,
+            target,
+            image,
+            first_token,
+            max_attempts,
+            as_json,
+            deadline,
+            stall,
+            strict,
         )
         return
     if not container:
@@ -213,7 +249,8 @@ def watch(container, pid, unit, log_file, target, image, first_token, max_attemp
     spec = resolve(target, image=image or labels.get(LABEL_IMAGE))
     limits = _limits(spec, deadline, stall)
     interruptible()
-    with LiveView(console(), title=f"kit watch {container} ({spec.target})", as_json=as_json) as view:
+    title = f"kit watch {container} ({spec.target})"
+    with LiveView(console(), title=title, as_json=as_json, load_bytes=_load_bytes(spec)) as view:
         result = run_watch(
             container,
             spec,
@@ -221,12 +258,13 @@ def watch(container, pid, unit, log_file, target, image, first_token, max_attemp
             on_progress=view.update,
             first_token=first_token,
             max_attempts=max_attempts,
+            deadline_policy=_policy(strict),
         )
     _finish(result, as_json)
 
 
 def _watch_host(
-    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall, strict
 ):
     """kit watch --pid/--unit: the host source's flow (kit/startup/host.py)."""
     from kit.errors import InputError
@@ -250,9 +288,16 @@ def _watch_host(
     interruptible()
     shown = f"pid {pid}" if pid is not None else unit
     title = f"kit watch {shown} ({spec.target if spec else 'default limits'})"
-    with LiveView(console(), title=title, as_json=as_json) as view:
+    load_bytes = _load_bytes(spec) if spec is not None else None
+    with LiveView(console(), title=title, as_json=as_json, load_bytes=load_bytes) as view:
         result = run_watch_host(
-            what, spec, limits, on_progress=view.update, first_token=first_token, max_attempts=max_attempts
+            what,
+            spec,
+            limits,
+            on_progress=view.update,
+            first_token=first_token,
+            max_attempts=max_attempts,
+            deadline_policy=_policy(strict),
         )
     _finish(result, as_json, container=False)
 

@@ -21,6 +21,7 @@ from kit.runtime.host_source import HostSource
 from kit.runtime.http import chat_first_token
 from kit.runtime.nvml import open_nvml, read_inventory
 from kit.runtime.server import new_session_id
+from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.up import _result, collect_stacks
 from kit.startup.watch import Progress, Watcher
@@ -72,8 +73,10 @@ def run_watch_host(
     on_progress: Callable[[Progress], None] | None = None,
     first_token: bool = False,
     max_attempts: int = 3,
+    deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
 ) -> UpResult:
-    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle."""
+    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle.
+    A stage past its deadline is reported and followed on unless `deadline_policy` says VERDICT."""
     argv = procs.read_cmdline(what.pid) if what.pid is not None else None
     device = spec.device if spec is not None else _device(argv)
     gpus = open_nvml() if device == "cuda" else None
@@ -84,7 +87,7 @@ def run_watch_host(
     target = spec.target if spec is not None else "host"
     image = image_label(main)
     try:
-        watcher = Watcher(source, limits, max_attempts=max_attempts)
+        watcher = Watcher(source, limits, max_attempts=max_attempts, deadline_policy=deadline_policy)
         try:
             verdict = watcher.run(on_progress)
         except KeyboardInterrupt:

@@ -54,12 +54,15 @@ def _activity(progress: Progress) -> str:
     return "  ".join(parts)
 
 
-def status_line(progress: Progress) -> str:
+def status_line(progress: Progress, load_bytes: int | None = None) -> str:
     window = "-" if progress.stall_window is None else f"{progress.stall_window:.0f} s"
+    late = "  PAST DEADLINE" if progress.overrun is not None else ""
+    load = progress.load(load_bytes)
     return (
         f"{progress.container}  {progress.elapsed:5.1f} s  stage {progress.tracker.stage} "
-        f"{progress.in_stage:5.1f} s  quiet {progress.quiet_for:4.1f} s / window {window}  "
-        f"{_activity(progress)}"
+        f"{progress.in_stage:5.1f} s{late}  quiet {progress.quiet_for:4.1f} s / window {window}  "
+        + (f"load {load.describe()}  " if load is not None else "")
+        + _activity(progress)
     )
 
 
@@ -89,8 +92,11 @@ def rank_table(progress: Progress) -> Table:
 class LiveView:
     """Context manager; `update(progress)` after each watcher step."""
 
-    def __init__(self, console: Console, *, title: str, as_json: bool = False):
+    def __init__(self, console: Console, *, title: str, as_json: bool = False, load_bytes: int | None = None):
+        """`load_bytes`: the checkpoint's size on disk (the catalog's), for the load's progress."""
         self.console = console
+        self.load_bytes = load_bytes
+        self._overruns_said = 0
         self.title = title
         self.as_json = as_json
         self.tty = console.is_terminal and not as_json
@@ -130,19 +136,42 @@ class LiveView:
     def update(self, progress: Progress) -> None:
         if progress.attempt != self._attempt:
             self._new_attempt(progress)
+        self._overruns(progress)
         if self.as_json:
             self._json(progress)
         elif self._live:
+            late = progress.overrun
             self._live.update(
                 Group(
                     Text(self.title, style="bold"),
-                    Text(status_line(progress)),
+                    Text(status_line(progress, self.load_bytes)),
+                    *([Text(late.describe() + " (followed on)", style="yellow")] if late else []),
                     rank_table(progress),
                     Text(f"last: {_clip(progress.last_line)}", style="dim"),
                 )
             )
         else:
             self._plain(progress)
+
+    def _overruns(self, progress: Progress) -> None:
+        """Say each stage that passed its deadline once, as it happens (a terminal keeps a line too)."""
+        for overrun in progress.overruns[self._overruns_said :]:
+            self._overruns_said += 1
+            if self.as_json:
+                emit_json(
+                    {
+                        "type": "deadline",
+                        "t": round(progress.elapsed, 3),
+                        "stage": overrun.stage,
+                        "limit_s": overrun.limit_s,
+                        "attempt": overrun.attempt,
+                        "moving": overrun.moving,
+                    }
+                )
+            elif self._live:
+                self._live.console.print(f"{overrun.describe()}; followed on", markup=False, highlight=False)
+            else:
+                self._say(progress, f"{overrun.describe()}; followed on to READY, HUNG or CRASHED")
 
     def _new_attempt(self, progress: Progress) -> None:
         """A supervisor started the server again: its milestones and stages begin anew."""
@@ -169,10 +198,15 @@ class LiveView:
         elif stage != "serving" and progress.now - self._said_at >= HEARTBEAT_S:
             # CI logs: what is happening and for how long, when nothing else was said for a while.
             window = "-" if progress.stall_window is None else f"{progress.stall_window:.0f} s"
+            load = progress.load(self.load_bytes)
+            late = progress.overrun
             self._say(
                 progress,
-                f"  {stage} for {progress.in_stage:.0f} s, quiet {progress.quiet_for:.0f} s of {window}; "
-                f"{_activity(progress)}; last: {_clip(progress.last_line, 80)}",
+                f"  {stage} for {progress.in_stage:.0f} s"
+                + (f" (past its {late.limit_s:.0f} s deadline)" if late else "")
+                + f", quiet {progress.quiet_for:.0f} s of {window}; "
+                + (f"load {load.describe()}; " if load is not None else "")
+                + f"{_activity(progress)}; last: {_clip(progress.last_line, 80)}",
             )
 
     def _json(self, progress: Progress) -> None:
@@ -205,5 +239,18 @@ class LiveView:
                     "compile_bytes": progress.sample.compile_bytes,
                     "compilers": progress.sample.compilers,
                     "last_line": _clip(progress.last_line, 200),
+                    **_load_json(progress.load(self.load_bytes)),
                 }
             )
+
+
+def _load_json(load) -> dict:
+    """The load's progress in an activity line (only during load, where a read counter is known)."""
+    if load is None:
+        return {}
+    return {
+        "load_read_bytes": load.read_bytes,
+        "load_total_bytes": load.total_bytes,
+        "load_rate_bytes_s": None if load.rate_bytes_s is None else round(load.rate_bytes_s),
+        "load_eta_s": None if load.eta_s is None else round(load.eta_s, 1),
+    }

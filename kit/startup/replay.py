@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from kit.diagnose.repro import ReplayPlan, ReproResult, compare
 from kit.output import jsonable
+from kit.startup.overrun import DeadlinePolicy
 from kit.startup.up import run_up
 
 
@@ -21,7 +22,11 @@ def run_replay(
     on_progress: Callable | None = None,
     on_start: Callable | None = None,
 ) -> ReproResult:
-    """Start the planned launch with kit up's own code (same clean-up on every path) and compare."""
+    """Start the planned launch with kit up's own code (same clean-up on every path) and compare.
+
+    A bundle recorded with a DEADLINE verdict (kit smoke, --strict-deadlines) is replayed under the
+    same policy, so a deadline that passes again reproduces it."""
+    strict = plan.bundle.result.get("verdict") == "deadline"
     result = run_up(
         plan.spec,
         plan.limits,
@@ -29,6 +34,7 @@ def run_replay(
         on_progress=on_progress,
         on_start=on_start,
         first_token=plan.first_token,
+        deadline_policy=DeadlinePolicy.VERDICT if strict else DeadlinePolicy.REPORT,
     )
     same, rows = compare(plan.bundle.result, jsonable(result))
     return ReproResult(

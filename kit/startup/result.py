@@ -12,6 +12,7 @@ from kit.logs.causes import match_causes
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
 from kit.logs.stacks import HangExplanation, RankStack
 from kit.runtime.nvml import GpuInventory
+from kit.startup.overrun import DeadlineRow
 
 __all__ = ["CauseRow", "RankRow", "SpanRow", "rank_rows", "span_rows"]
 
@@ -71,6 +72,9 @@ class UpResult:
     """Errors the server logged and went on after: evidence, never the verdict."""
     gpu_error: str | None = None
     """Why NVML could not read the GPUs during the watch (a GPU lost): a fact, not a traceback."""
+    deadlines_passed: tuple[DeadlineRow, ...] = ()
+    """Stages that ran past their deadline while still moving and were followed on (kit up, kit
+    watch): news in the result, never the verdict (kit/startup/overrun.py)."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
@@ -184,7 +188,9 @@ def headline(result: UpResult) -> str:
     phase = f" in {result.phase}" if result.phase else ""
     if result.verdict == "ready":
         ttft = f"; first token {result.first_token_s:.2f} s" if result.first_token_s is not None else ""
-        return f"READY {result.target} after {result.startup_s:.1f} s{ttft}"
+        late = sorted({row.phase for row in result.deadlines_passed})
+        past = f" ({', '.join(late)} past {'its' if len(late) == 1 else 'their'} deadline)" if late else ""
+        return f"READY {result.target} after {result.startup_s:.1f} s{past}{ttft}"
     if result.verdict == "hung":
         return f"HUNG{phase}: no log line and no activity for {result.quiet_for_s:.0f} s"
     if result.verdict == "deadline":
@@ -201,6 +207,12 @@ def verdict_lines(result: UpResult) -> list[str]:
     lines = [headline(result)]
     if result.attempts:
         lines.append(f"  {result.attempts}")
+    for row in result.deadlines_passed:
+        took = "" if row.took_s is None else f" (took {row.took_s:.1f} s)"
+        lines.append(
+            f"  {row.phase} passed its {row.limit_s:.0f} s deadline{took} and was followed on; "
+            f"still moving then: {row.moving}"
+        )
     stacks = {s.rank: s for s in result.stacks}
     for rank in result.waiting_ranks:
         lines.append(

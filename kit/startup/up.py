@@ -20,6 +20,7 @@ from kit.runtime.http import chat_first_token
 from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
 from kit.runtime.source import Source
 from kit.spec import LaunchSpec
+from kit.startup.overrun import DeadlinePolicy, DeadlineRow
 from kit.startup.result import (
     UpResult,
     causes_for,
@@ -92,6 +93,7 @@ def _result(
         fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
     elif isinstance(verdict, Crashed):
         fields.update(exception=verdict.exception, evidence=verdict.evidence)
+    fields["deadlines_passed"] = deadline_rows(watcher, now)
     attempts = watcher.attempts
     if attempts.earlier:
         fields.update(
@@ -101,6 +103,20 @@ def _result(
         )
     fields.update(extra)
     return UpResult(**fields)
+
+
+def deadline_rows(watcher: Watcher, now: float) -> tuple[DeadlineRow, ...]:
+    """The stages that ran past their deadline and went on, with how long each took in the end."""
+    rows = []
+    for overrun in watcher.overruns:
+        took = None
+        if overrun.attempt == watcher.attempts.number:
+            spans = [s for s in watcher.tracker.timeline if s.phase.value == overrun.stage]
+            ends = [now if s.end is None else s.end for s in spans]
+            if spans:
+                took = round(max(ends) - min(s.start for s in spans), 2)
+        rows.append(DeadlineRow(overrun.stage, overrun.limit_s, took, overrun.moving, overrun.attempt))
+    return tuple(rows)
 
 
 def follow_source(
@@ -113,9 +129,13 @@ def follow_source(
     on_progress: ProgressCallback | None = None,
     inventory: GpuInventory | None = None,
     max_attempts: int = 3,
+    deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
 ) -> UpResult:
-    """Follow a server to its verdict; at READY time the first token, else diagnose."""
-    watcher = Watcher(source, limits, max_attempts=max_attempts)
+    """Follow a server to its verdict; at READY time the first token, else diagnose.
+
+    A stage past its deadline is reported and followed on (DeadlinePolicy.REPORT), or ends the watch
+    with DEADLINE where the deadline is what is tested (DeadlinePolicy.VERDICT: the smoke tests)."""
+    watcher = Watcher(source, limits, max_attempts=max_attempts, deadline_policy=deadline_policy)
     verdict = watcher.run(on_progress)
     now = source.clock()
     stacks: dict[str, RankStack] = {}
@@ -165,6 +185,7 @@ def follow_container(
     first_token: bool = True,
     on_progress: ProgressCallback | None = None,
     max_attempts: int = 3,
+    deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
 ) -> UpResult:
     """`follow_source` over a container: NVML where the launch uses GPUs, the host's inventory."""
     gpus = open_nvml() if spec.device == "cuda" else None
@@ -180,6 +201,7 @@ def follow_container(
             on_progress=on_progress,
             max_attempts=max_attempts,
             inventory=inventory,
+            deadline_policy=deadline_policy,
         )
         lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
         return _replace(result, notes=(*result.notes, lost)) if lost else result
@@ -202,10 +224,12 @@ def run_up(
     on_progress: ProgressCallback | None = None,
     on_start: Callable[[runtime.RunningServer], None] | None = None,
     first_token: bool = True,
+    deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
 ) -> UpResult:
     """Start the target's container, follow it to a verdict, measure the first token, clean up.
 
-    The container is removed on every path (verdict, error, Ctrl-C/SIGTERM) unless keep=True.
+    The container is removed on every path (verdict, error, Ctrl-C/SIGTERM) unless keep=True, but
+    never for a passed deadline: a DEADLINE verdict (DeadlinePolicy.VERDICT) leaves it running.
     """
     server = start_server(spec, fault=fault, diagnose=True)
     result: UpResult | None = None
@@ -219,12 +243,14 @@ def run_up(
             session=server.session,
             first_token=first_token,
             on_progress=on_progress,
+            deadline_policy=deadline_policy,
         )
     except KeyboardInterrupt:
         result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
     finally:
         removed = False
-        if not keep:
+        # A stage past its deadline still moves: that is no harm, so the server is left to the user.
+        if not keep and not (result is not None and result.verdict == "deadline"):
             try:
                 removed = runtime.remove(server.container)
             except KitError:
@@ -242,6 +268,7 @@ def run_watch(
     on_progress: ProgressCallback | None = None,
     first_token: bool = False,
     max_attempts: int = 3,
+    deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
 ) -> UpResult:
     """Follow a container someone else started (compose, systemd); it is never removed here.
 
@@ -257,6 +284,7 @@ def run_watch(
             first_token=first_token,
             on_progress=on_progress,
             max_attempts=max_attempts,
+            deadline_policy=deadline_policy,
         )
     except KeyboardInterrupt:
         return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))

@@ -12,8 +12,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kit.logs import ActivitySample, Attempts, Crashed, Event, LogParser, PhaseLimits, Tracker, Verdict
+from kit.logs import (
+    ActivitySample,
+    Attempts,
+    Crashed,
+    Deadline,
+    Event,
+    LogParser,
+    PhaseLimits,
+    Tracker,
+    Verdict,
+)
 from kit.runtime.source import Source, SourceState
+from kit.startup.overrun import DeadlinePolicy, LoadProgress, Overrun, load_progress, still_moving
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,22 @@ class Progress:
     lines: int = 0  # output lines (and `\r` progress segments) seen so far
     last_line: str | None = None  # the newest of them: what the server is doing right now
     attempt: int = 1  # launch attempts seen (a supervisor restarting the server starts another)
+    overruns: tuple[Overrun, ...] = ()  # stages that passed their deadline and went on, in order
+    read_at_stage_start: int | None = None  # the read counter when the current stage began
+
+    @property
+    def overrun(self) -> Overrun | None:
+        """The current stage's passed deadline, if it passed one."""
+        for overrun in reversed(self.overruns):
+            if overrun.attempt == self.attempt and overrun.stage == self.tracker.stage:
+                return overrun
+        return None
+
+    def load(self, total_bytes: int | None) -> LoadProgress | None:
+        """Bytes read in the load stage against `total_bytes` (the checkpoint's size), rate, ETA."""
+        if self.tracker.stage != "load":
+            return None
+        return load_progress(self.tracker.samples, self.read_at_stage_start, total_bytes)
 
     @property
     def elapsed(self) -> float:
@@ -58,7 +85,12 @@ RESTART_GRACE_S = 60.0
 
 class Watcher:
     """`max_attempts`: how many launch attempts a supervisor may make before the watch judges the
-    last one anyway (a crash loop is reported as such, not followed for ever)."""
+    last one anyway (a crash loop is reported as such, not followed for ever).
+
+    `deadline_policy`: REPORT (kit up, kit watch) notes a stage that runs past its deadline while it
+    still moves (`overruns`, said live) and goes on to READY, HUNG or CRASHED; VERDICT (the smoke
+    tests, where the deadline is the assertion) ends the watch with DEADLINE (kit/startup/overrun.py).
+    """
 
     def __init__(
         self,
@@ -69,8 +101,13 @@ class Watcher:
         keep_lines: int = 5000,
         max_attempts: int = 3,
         restart_grace_s: float = RESTART_GRACE_S,
+        deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
     ):
         self.source = source
+        self.deadline_policy = deadline_policy
+        self.overruns: list[Overrun] = []
+        self._stage_key: tuple[int, str] | None = None  # (attempt, stage) the read baseline is for
+        self._read_at_stage_start: int | None = None
         self.parser = LogParser()
         self.attempts = Attempts.start(limits, source.started_at)
         self.max_attempts = max_attempts
@@ -150,6 +187,12 @@ class Watcher:
         # attempt as ended (its next run's activity is not its life), until the next launch line.
         run_ended = ended or self._run_ended_for == self.attempts.number
         verdict = self.attempts.verdict(now, ended=run_ended)
+        self._mark_stage()
+        if isinstance(verdict, Deadline) and self.deadline_policy is DeadlinePolicy.REPORT:
+            # The tracker says DEADLINE only while the stage still moves (HUNG comes first): news,
+            # never a reason to stop or remove what is loading.
+            self._note_overrun(verdict, now)
+            verdict = None
         if isinstance(verdict, Crashed) and not ended and self._may_restart():
             # Its supervisor may start it again: the next attempt decides, not this one's crash
             # (the watch ends once the server stays down, or at the last allowed attempt). A server
@@ -171,8 +214,32 @@ class Watcher:
             self.line_count,
             self.lines[-1] if self.lines else None,
             self.attempts.number,
+            tuple(self.overruns),
+            self._read_at_stage_start,
         )
         return progress, verdict
+
+    def _mark_stage(self) -> None:
+        """Keep the read counter as it stood when the current stage began (the load's bytes read)."""
+        key = (self.attempts.number, self.tracker.stage)
+        if key != self._stage_key:
+            self._stage_key = key
+            sample = self._last_sample
+            self._read_at_stage_start = None if sample is None else sample.read_bytes
+
+    def _note_overrun(self, deadline: Deadline, now: float) -> None:
+        tracker = self.tracker
+        stage = tracker.stage
+        if any(o.attempt == self.attempts.number and o.stage == stage for o in self.overruns):
+            return
+        moving = still_moving(
+            tracker.samples,
+            quiet_for_s=max(0.0, now - tracker.last_activity_at),
+            read_at_stage_start=self._read_at_stage_start,
+        )
+        self.overruns.append(
+            Overrun(stage, deadline.limit_s, deadline.elapsed_s, self.attempts.number, moving)
+        )
 
     def _waiting_for_restart(self, state: SourceState, now: float) -> bool:
         """A stopped server its supervisor will start again: wait for the next attempt, up to

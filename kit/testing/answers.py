@@ -66,10 +66,41 @@ def generate(base_url: str, spec: LaunchSpec, body: dict[str, Any], timeout_s: f
         raise CheckFailed(f"/generate: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
-def greedy(base_url: str, spec: LaunchSpec, tokens: int, *, prompt: str = PROMPT, timeout_s: float) -> Greedy:
-    """`tokens` greedy tokens of `prompt` (temperature 0, no stop at EOS: always that many)."""
+def greedy(
+    base_url: str,
+    spec: LaunchSpec,
+    tokens: int,
+    *,
+    prompt: str = PROMPT,
+    timeout_s: float,
+    top_logprobs: int = 0,
+) -> Greedy:
+    """`tokens` greedy tokens of `prompt` (temperature 0, no stop at EOS: always that many).
+
+    `top_logprobs`: also ask for the top-N logprobs at each output position (GenerateReqInput's
+    return_logprob / top_logprobs_num); they come back in meta_info["output_top_logprobs"]."""
     params = {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    return generate(base_url, spec, {"text": prompt, "sampling_params": params}, timeout_s)
+    body: dict[str, Any] = {"text": prompt, "sampling_params": params}
+    if top_logprobs:
+        body.update(return_logprob=True, top_logprobs_num=top_logprobs)
+    return generate(base_url, spec, body, timeout_s)
+
+
+def top2_gaps(meta: dict[str, Any]) -> tuple[float | None, ...]:
+    """Per output position, top-1 minus top-2 logprob (nats) from meta_info["output_top_logprobs"].
+
+    0.5.23's tokenizer_manager.py (detokenize_top_logprobs_tokens) gives each position a list of
+    (logprob, token_id, text) or None; a position with fewer than two readable entries is None."""
+    rows = meta.get("output_top_logprobs")
+    gaps: list[float | None] = []
+    for row in rows if isinstance(rows, list) else ():
+        values = []
+        for entry in row if isinstance(row, list) else ():
+            if isinstance(entry, list | tuple) and entry and isinstance(entry[0], int | float):
+                values.append(float(entry[0]))
+        values.sort(reverse=True)
+        gaps.append(values[0] - values[1] if len(values) >= 2 else None)
+    return tuple(gaps)
 
 
 def structured_request(max_new_tokens: int = 96) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from kit.render.docker import run_kwargs
 from kit.runtime import server as runtime
 from kit.runtime.engine import LABEL_SESSION
 from kit.spec import LaunchSpec, client_host
+from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult, verdict_lines
 from kit.startup.up import follow_container
 
@@ -44,7 +45,15 @@ class KitStartupWaitStrategy(WaitStrategy):
     def wait_until_ready(self, container: WaitStrategyTarget) -> None:
         wrapped = container.get_wrapped_container()
         session = wrapped.labels.get(LABEL_SESSION, runtime.new_session_id())
-        self.result = follow_container(wrapped, self.spec, self.limits, session=session, first_token=False)
+        # A passed deadline fails the test: here the deadline is the assertion (kit up follows on).
+        self.result = follow_container(
+            wrapped,
+            self.spec,
+            self.limits,
+            session=session,
+            first_token=False,
+            deadline_policy=DeadlinePolicy.VERDICT,
+        )
         if self.expect_ready and self.result.verdict != "ready":
             raise KitStartupFailed(self.result)
 

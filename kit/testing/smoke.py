@@ -16,11 +16,16 @@ from kit.errors import ExitCode
 from kit.logs import PhaseLimits
 from kit.runtime import server as runtime
 from kit.spec import LaunchSpec
+from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.server import start_server
 from kit.startup.up import follow_container, run_up
 from kit.testing import checks, serving, speculative
 from kit.testing.checks import CheckResult
+
+# A smoke test exists to hold the start to the profile's deadlines: a passed one fails it (DEADLINE),
+# where `kit up` reports it and follows on (kit/startup/overrun.py).
+STRICT = DeadlinePolicy.VERDICT
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,18 @@ def _serving_checks(result: UpResult, spec: LaunchSpec, url: str, container, *, 
     add([serving.serving_window(url, spec, container)])  # last: it watches for a crash after the rest
 
 
+def _own_start(spec: LaunchSpec, limits: PhaseLimits, check: Callable[[str, LaunchSpec], CheckResult]):
+    """One check on a start of its own (the container is removed after it on every path)."""
+    server = start_server(spec, diagnose=True)
+    try:
+        ready = follow_container(
+            server.container, spec, limits, session=server.session, first_token=False, deadline_policy=STRICT
+        )
+        return check(server.url, spec) if ready.verdict == "ready" else _not_ready(ready)
+    finally:
+        runtime.remove(server.container)
+
+
 def run_smoke(
     spec: LaunchSpec,
     limits: PhaseLimits,
@@ -79,10 +96,12 @@ def run_smoke(
     on_check: Callable[[CheckResult], None] | None = None,
     tool_spec: LaunchSpec | None = None,
     fault: str | None = None,
+    simulated_spec: LaunchSpec | None = None,
 ) -> SmokeReport:
     """Start SPEC once and run its checks; `tool_spec` (the profile's smoke.tool_call_overrides) gets a
-    start of its own for the tool call; on the CPU rehearsal, planted faults last. `fault` (test-only,
-    CPU rehearsal) is planted in the first start."""
+    start of its own for the tool call, `simulated_spec` (a speculative profile's
+    smoke.simulate_accept_length) one for the acceptance length under SGLang's simulation; on the CPU
+    rehearsal, planted faults last. `fault` (test-only, CPU rehearsal) is planted in the first start."""
     results: list[CheckResult] = []
 
     def add(found: list[CheckResult]) -> None:
@@ -93,25 +112,17 @@ def run_smoke(
 
     server = start_server(spec, fault=fault, diagnose=True)
     try:
-        up = follow_container(server.container, spec, limits, session=server.session, first_token=False)
+        up = follow_container(
+            server.container, spec, limits, session=server.session, first_token=False, deadline_policy=STRICT
+        )
         _serving_checks(up, spec, server.url, server.container, tool_call=tool_spec is None, add=add)
     finally:
         runtime.remove(server.container)  # raises a KitError naming the container if it cannot
     if tool_spec is not None and up.verdict == "ready":
-        tools = start_server(tool_spec, diagnose=True)
-        try:
-            ready = follow_container(
-                tools.container, tool_spec, limits, session=tools.session, first_token=False
-            )
-            add(
-                [
-                    checks.tool_call_parsed(tools.url, tool_spec)
-                    if ready.verdict == "ready"
-                    else _not_ready(ready)
-                ]
-            )
-        finally:
-            runtime.remove(tools.container)
+        add([_own_start(tool_spec, limits, checks.tool_call_parsed)])
+    if simulated_spec is not None and up.verdict == "ready":
+        # SGLang's accepted-draft simulation: the acceptance length against the simulated one.
+        add([_own_start(simulated_spec, limits, speculative.accept_length)])
     if faults and spec.device == "cpu":
         hang = run_up(spec, limits, fault="hang-init:rank=1", first_token=False)
         add([checks.planted_hang_named(hang, limits)])

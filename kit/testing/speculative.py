@@ -17,6 +17,26 @@
     /generate meta_info["spec_accept_length"] per request
         srt/managers/tokenizer_manager.py: completion_tokens / spec_verify_ct
 
+On a random-weight model (qwen-tiny-mtp) both need care:
+
+- **Ties are not failures.** Exact greedy equality between speculative and plain decoding is not
+  guaranteed: verify runs 4-token shapes, and where the target's top two logits lie within bf16
+  rounding of each other the argmax can flip. The reference run records, per position, the gap
+  between its top-1 and top-2 logprobs (/generate with return_logprob, top_logprobs_num=2); a first
+  difference where that gap is within `smoke.greedy_tie_epsilon` is a tie (the tokens after it follow
+  different prefixes and are not compared), one above it fails.
+- **Accepted drafts, committed.** A random MTP head's drafts are all refused (acceptance 1.0), so the
+  paths that commit accepted drafts (mamba extra_buffer state, KV slot moves) never run. With
+  `smoke.simulate_accept_length` the smoke also starts the profile under SGLang's own simulation:
+  SGLANG_SIMULATE_ACC_LEN=L with SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token. In 0.5.23
+  (srt/speculative/eagle_utils.py `eagle_sample`, srt/speculative/spec_utils.py
+  `sample_simulated_acc_len`, `generate_simulated_accept_index`, and the CUDA kernel
+  kernels/ops/speculative/simulated_accept.py) every verify step then accepts L tokens (method
+  `match-expected`: floor(L) or floor(L)+1 with the fraction as weight, clamped to steps + 1): the
+  first L-1 are the draft's own tokens (topk 1), the last the target's token at that position. The
+  reported acceptance length must lie within `smoke.accept_length_tolerance` of L; the greedy
+  comparison does not apply there (forced drafts change the text).
+
 The reference lives in the kit's cache (~/.cache/kit/smoke/greedy/), keyed by model, revision, image,
 profile, TP, prompt and length, so the base and MTP starts may be separate jobs (the nightly workflow
 carries the file from one to the other).
@@ -43,6 +63,12 @@ from kit.testing import answers
 from kit.testing.checks import CheckResult
 
 MIN_ACCEPT_LENGTH = 1.0
+# SGLang 0.5.23's simulation switches (srt/environ.py: SGLANG_SIMULATE_ACC_LEN EnvFloat(-1) = off,
+# SGLANG_SIMULATE_ACC_TOKEN_MODE EnvStr("fixed")); "fixed" would emit token id 100 for every accepted
+# token, "real-draft-token" commits the draft's own tokens (eagle_utils.py eagle_sample).
+SIMULATE_ENV = "SGLANG_SIMULATE_ACC_LEN"
+SIMULATE_MODE_ENV = "SGLANG_SIMULATE_ACC_TOKEN_MODE"
+SIMULATE_MODE = "real-draft-token"
 
 
 def smoke_of(spec: LaunchSpec) -> Smoke:
@@ -51,6 +77,38 @@ def smoke_of(spec: LaunchSpec) -> Smoke:
 
 def is_speculative(spec: LaunchSpec) -> bool:
     return any(a.startswith("--speculative-algo") for a in spec.argv)
+
+
+def simulated_overrides(spec: LaunchSpec) -> tuple[str, ...]:
+    """The --set overrides of the simulated-acceptance start (empty: the profile asks for none)."""
+    length = smoke_of(spec).simulate_accept_length
+    if length is None or not is_speculative(spec):
+        return ()
+    return (f"env.{SIMULATE_ENV}={length:g}", f"env.{SIMULATE_MODE_ENV}={SIMULATE_MODE}")
+
+
+def simulated_length(spec: LaunchSpec) -> float | None:
+    """The acceptance length SGLang simulates in this start (its env), None when it does not."""
+    try:
+        value = float(spec.env.get(SIMULATE_ENV, "-1"))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def expected_accept_length(simulated: float, spec: LaunchSpec) -> float:
+    """What SGLang's counters average to under the simulation: L clamped to [1, steps + 1]."""
+    steps = _num_steps(spec)
+    return max(1.0, min(simulated, steps + 1)) if steps else max(1.0, simulated)
+
+
+def _num_steps(spec: LaunchSpec) -> int | None:
+    argv = list(spec.argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--speculative-num-steps"):
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def reference_profile(spec: LaunchSpec) -> str | None:
@@ -106,8 +164,12 @@ def key_for(spec: LaunchSpec, profile: str) -> ReferenceKey:
 
 
 def save_reference(key: ReferenceKey, target: str, answer: answers.Greedy) -> Path:
+    """The reference's ids, text and per-position top-1/top-2 logprob gaps (where it asked for them)."""
     key.file.parent.mkdir(parents=True, exist_ok=True)
     record = {"key": key.__dict__, "target": target, "ids": list(answer.ids), "text": answer.text}
+    gaps = answers.top2_gaps(answer.meta)
+    if gaps:
+        record["top2_gaps"] = list(gaps)
     record["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     tmp = key.file.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
@@ -140,7 +202,7 @@ def greedy_reference_recorded(base_url: str, spec: LaunchSpec) -> CheckResult:
     name = "greedy reference recorded"
     key = key_for(spec, spec.profile)
     try:
-        answer = answers.greedy(base_url, spec, key.tokens, timeout_s=_timeout(spec))
+        answer = answers.greedy(base_url, spec, key.tokens, timeout_s=_timeout(spec), top_logprobs=2)
     except CheckFailed as exc:
         return CheckResult(name, False, exc.one_line())
     if len(answer.ids) != key.tokens:
@@ -170,22 +232,44 @@ def greedy_matches_reference(base_url: str, spec: LaunchSpec) -> CheckResult:
         answer = answers.greedy(base_url, spec, key.tokens, timeout_s=_timeout(spec))
     except CheckFailed as exc:
         return CheckResult(name, False, exc.one_line())
+    ok, detail = judge_greedy(answer, record, smoke_of(spec).greedy_tie_epsilon)
+    return CheckResult(name, ok, detail, answer.seconds)
+
+
+def judge_greedy(answer: answers.Greedy, record: dict[str, Any], epsilon: float) -> tuple[bool, str]:
+    """Pure: the speculative run's greedy ids against the reference record. Equal passes; a first
+    difference where the reference's top-1/top-2 logprob gap is within `epsilon` is a tie and passes
+    (what follows it continues another prefix); any other difference fails, with the gap named."""
     at = first_difference(answer.ids, record["ids"])
     if at is None:
-        return CheckResult(
-            name,
-            True,
-            f"{key.tokens} tokens equal to {record['target']}'s: {answer.text[:30]!r}",
-            answer.seconds,
+        return True, f"{len(answer.ids)} tokens equal to {record['target']}'s: {answer.text[:30]!r}"
+    gap = tie_gap(record, at)
+    if gap is not None and gap <= epsilon:
+        return True, (
+            f"equal to {record['target']}'s up to token {at}, a tie there (its top-1/top-2 logprob gap "
+            f"{gap:.4f} <= {epsilon:g}); the tokens after it follow another prefix"
         )
     zeros = sum(1 for i in answer.ids if i == 0)
     aside = f"; {zeros} of them token id 0" if zeros else ""
-    ours, theirs = answer.ids[at : at + 4], record["ids"][at : at + 4]
-    detail = (
-        f"token {at} differs from {record['target']}'s: {ours} vs {theirs}"
-        f" ({answer.text[:30]!r} vs {record['text'][:30]!r}){aside}"
+    ours, theirs = list(answer.ids[at : at + 4]), record["ids"][at : at + 4]
+    margin = (
+        f"; {record['target']}'s top-1/top-2 gap there {gap:.4f} > {epsilon:g}: no tie"
+        if gap is not None
+        else "; no top-2 logprobs recorded there: a tie cannot be told"
     )
-    return CheckResult(name, False, detail, answer.seconds)
+    return False, (
+        f"token {at} differs from {record['target']}'s: {ours} vs {theirs}"
+        f" ({answer.text[:30]!r} vs {record['text'][:30]!r}){aside}{margin}"
+    )
+
+
+def tie_gap(record: dict[str, Any], at: int) -> float | None:
+    """The reference run's top-1/top-2 logprob gap at position `at`, None where it was not recorded."""
+    gaps = record.get("top2_gaps")
+    if not isinstance(gaps, list) or at >= len(gaps):
+        return None
+    gap = gaps[at]
+    return float(gap) if isinstance(gap, int | float) and not isinstance(gap, bool) else None
 
 
 # -- acceptance length ---------------------------------------------------------------------------------
@@ -231,8 +315,12 @@ def read_accept_length(base_url: str, spec: LaunchSpec) -> tuple[float | None, s
 
 
 def accept_length(base_url: str, spec: LaunchSpec) -> CheckResult:
-    """SGLang's average acceptance length, after at least one greedy request, against the floor."""
+    """SGLang's average acceptance length, after at least one greedy request, against the floor; in
+    a start under SGLang's simulation (simulated_length), against the simulated length instead."""
     name = "speculative acceptance length"
+    simulated = simulated_length(spec)
+    if simulated is not None:
+        return _near_simulated(base_url, spec, simulated)
     floor = smoke_of(spec).min_accept_length or MIN_ACCEPT_LENGTH
     try:  # decode steps to measure: the greedy request of the reference check may not have run
         answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
@@ -245,3 +333,30 @@ def accept_length(base_url: str, spec: LaunchSpec) -> CheckResult:
     aside = f"; this request {per_request:.2f}" if isinstance(per_request, int | float) else ""
     detail = f"{value:.2f} (floor {floor:g}) from {source}{aside}"
     return CheckResult(name, value >= floor, detail)
+
+
+def _near_simulated(base_url: str, spec: LaunchSpec, simulated: float) -> CheckResult:
+    name = "simulated acceptance length"
+    expected = expected_accept_length(simulated, spec)
+    tolerance = smoke_of(spec).accept_length_tolerance
+    try:  # a few requests: the server-wide average then rests on tens of verify steps, not one
+        answer = None
+        for _ in range(3):
+            answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
+    except CheckFailed as exc:
+        return CheckResult(name, False, exc.one_line())
+    value, source = read_accept_length(base_url, spec)
+    if value is None:
+        return CheckResult(name, False, f"not reported: {source}")
+    return judge_simulated(value, expected, tolerance, source, None if answer is None else answer.meta)
+
+
+def judge_simulated(
+    value: float, expected: float, tolerance: float, source: str, meta: dict[str, Any] | None = None
+) -> CheckResult:
+    """Pure: SGLang's reported acceptance length against the simulated one."""
+    per_request = (meta or {}).get("spec_accept_length")
+    aside = f"; last request {per_request:.2f}" if isinstance(per_request, int | float) else ""
+    ok = abs(value - expected) <= tolerance
+    detail = f"{value:.2f} reported, {expected:g} simulated (within {tolerance:g}: {ok}) from {source}{aside}"
+    return CheckResult("simulated acceptance length", ok, detail)

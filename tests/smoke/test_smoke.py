@@ -35,6 +35,13 @@ TOOL_TARGETS = [
     ),
     *(t for t in SERVING_TARGETS if t.id != "tiny"),
 ]
+# Speculative profiles with smoke.simulate_accept_length: a start of their own under SGLang's
+# accepted-draft simulation (the --set overrides come from the profile; kit/testing/speculative.py).
+SIMULATED_TARGETS = [
+    pytest.param((t, speculative.simulated_overrides(resolve(t))), marks=GPU, id=f"{t}-simulated")
+    for t in TINY_PRODUCTION
+    if speculative.simulated_overrides(resolve(t))
+]
 # The fault switch exists only in the CPU rehearsal image.
 FAULT_TARGETS = [pytest.param("tiny", marks=REHEARSAL, id="tiny")]
 
@@ -97,6 +104,16 @@ def test_speculative_decoding_gives_the_reference_profiles_greedy_answer(kit_ser
 def test_sglangs_acceptance_length_is_reported_and_above_the_profiles_floor(kit_server):
     result = speculative.accept_length(kit_server.url, kit_server.spec)
     print(f"{kit_server.spec.target}: acceptance length {result.detail}")
+    assert_check(result, kit_server)
+
+
+@pytest.mark.parametrize("kit_server", SIMULATED_TARGETS, indirect=True)
+def test_under_sglangs_draft_simulation_the_reported_acceptance_length_is_the_simulated_one(kit_server):
+    """Random weights refuse every draft; SGLang's own simulation commits L-1 drafts per verify step, so
+    the accepted-draft paths run, and the acceptance length SGLang reports must be L."""
+    assert speculative.simulated_length(kit_server.spec) is not None
+    result = speculative.accept_length(kit_server.url, kit_server.spec)
+    print(f"{kit_server.spec.target}: {result.detail}")
     assert_check(result, kit_server)
 
 

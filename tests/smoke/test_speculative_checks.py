@@ -1,0 +1,114 @@
+"""MTP checks that can fail for the right reason (pure): the greedy comparison forgives a first
+difference only where the reference run's top-1/top-2 logprobs tie; the acceptance length under
+SGLang's accepted-draft simulation must be the simulated one; the simulated start's overrides."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kit.launch import resolve
+from kit.testing import answers, speculative
+from kit.testing.speculative import judge_greedy, judge_simulated, tie_gap
+
+# meta_info["output_top_logprobs"] as 0.5.23's tokenizer_manager.py returns it: per position a list of
+# (logprob, token_id, text) (JSON arrays), or None where it has none.
+META = {
+    "output_top_logprobs": [
+        [[-0.10, 11, "a"], [-2.50, 12, "b"]],
+        [[-1.000, 21, "c"], [-1.004, 22, "d"]],  # a near tie: bf16 rounding can flip it
+        None,
+        [[-0.5, 41, None]],
+        [[-3.0, 52, "y"], [-0.2, 51, "x"]],  # unordered: the top-1 is found, not assumed first
+    ]
+}
+
+
+def record(ids, gaps=None):
+    rec = {"target": "qwen-tiny", "ids": list(ids), "text": "ref"}
+    if gaps is not None:
+        rec["top2_gaps"] = list(gaps)
+    return rec
+
+
+def greedy(ids):
+    return answers.Greedy(tuple(ids), "spec", {}, 0.1)
+
+
+def test_top2_gaps_reads_sglangs_top_logprobs_per_position():
+    gaps = answers.top2_gaps(META)
+    assert gaps[0] == pytest.approx(2.4) and gaps[1] == pytest.approx(0.004)
+    assert gaps[2:4] == (None, None) and gaps[4] == pytest.approx(2.8)
+    assert answers.top2_gaps({}) == () and answers.top2_gaps({"output_top_logprobs": "x"}) == ()
+
+
+def test_equal_answers_pass():
+    ok, detail = judge_greedy(greedy([11, 21, 31]), record([11, 21, 31], [2.4, 0.004, 1.0]), 0.05)
+    assert ok and detail.startswith("3 tokens equal")
+
+
+def test_a_first_difference_at_a_tie_is_not_a_failure():
+    ok, detail = judge_greedy(greedy([11, 22, 99]), record([11, 21, 31], [2.4, 0.004, 1.0]), 0.05)
+    assert ok and "up to token 1, a tie there" in detail and "0.0040 <= 0.05" in detail
+
+
+def test_a_first_difference_with_a_clear_margin_fails_and_names_it():
+    ok, detail = judge_greedy(greedy([99, 21, 31]), record([11, 21, 31], [2.4, 0.004, 1.0]), 0.05)
+    assert not ok and "token 0 differs" in detail and "gap there 2.4000 > 0.05: no tie" in detail
+
+
+def test_without_recorded_gaps_any_difference_fails_as_before():
+    ok, detail = judge_greedy(greedy([0, 0, 0]), record([11, 21, 31]), 0.05)
+    assert not ok and "a tie cannot be told" in detail and "3 of them token id 0" in detail
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=12),
+    st.lists(st.one_of(st.none(), st.floats(0, 10)), max_size=12),
+    st.integers(0, 11),
+    st.floats(0, 1),
+)
+def test_the_judge_passes_exactly_when_equal_or_tied_at_the_first_difference(ids, gaps, flip, eps):
+    ours = list(ids)
+    if flip < len(ours):
+        ours[flip] += 1
+    ok, _ = judge_greedy(greedy(ours), record(ids, gaps), eps)
+    at = speculative.first_difference(ours, ids)
+    gap = tie_gap(record(ids, gaps), at) if at is not None else None
+    assert ok == (at is None or (gap is not None and gap <= eps))
+
+
+def test_the_simulated_acceptance_length_must_be_near_the_simulated_one():
+    assert judge_simulated(2.97, 3.0, 0.25, "/server_info").ok
+    far = judge_simulated(1.0, 3.0, 0.25, "/server_info", {"spec_accept_length": 1.0})
+    assert not far.ok and "1.00 reported, 3 simulated" in far.detail and "last request 1.00" in far.detail
+
+
+def test_the_tiny_mtp_profile_asks_for_a_simulated_start_with_real_draft_tokens():
+    spec = resolve("qwen-tiny-mtp")
+    overrides = speculative.simulated_overrides(spec)
+    assert overrides == (
+        "env.SGLANG_SIMULATE_ACC_LEN=3",
+        "env.SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token",
+    )
+    simulated = resolve("qwen-tiny-mtp", overrides=overrides)
+    assert simulated.env["SGLANG_SIMULATE_ACC_LEN"] == "3"
+    assert speculative.simulated_length(simulated) == 3.0 and speculative.simulated_length(spec) is None
+    # 3 steps: at most 4 tokens per verify step, so a length of 3 refuses one draft per step
+    assert speculative.expected_accept_length(3.0, simulated) == 3.0
+    assert speculative.expected_accept_length(9.0, simulated) == 4.0
+    # neither the plain profiles nor the full model's MTP start a simulated server
+    for target in ("qwen-tiny", "qwen-mtp", "tiny", "tiny-qwen"):
+        assert speculative.simulated_overrides(resolve(target)) == ()
+
+
+def test_the_reference_keeps_its_top2_gaps_and_the_mtp_start_is_judged_by_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    key = speculative.key_for(resolve("qwen-tiny"), "base")
+    speculative.save_reference(key, "qwen-tiny", answers.Greedy((11, 21, 31, 41, 51), "ref", META, 0.1))
+    stored = speculative.load_reference(key)
+    assert stored["top2_gaps"][1] == pytest.approx(0.004) and stored["top2_gaps"][2] is None
+    assert judge_greedy(greedy([11, 22, 0, 0, 0]), stored, 0.05)[0]  # a tie at token 1
+    assert not judge_greedy(greedy([11, 21, 99, 41, 51]), stored, 0.05)[0]  # no gap known at token 2
+    assert not judge_greedy(greedy([12, 21, 31, 41, 51]), stored, 0.05)[0]  # a clear margin at token 0

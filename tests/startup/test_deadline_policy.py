@@ -1,0 +1,159 @@
+"""A deadline never destroys progress: `kit up` / `kit watch` report a stage past its deadline and follow
+it on to READY, HUNG or CRASHED; the smoke tests (DeadlinePolicy.VERDICT) still end with DEADLINE.
+
+Driven through the real watcher, tracker and result code over replayed GPU start-ups (kit/scenarios:
+the cold 234 GB load at 156 MB/s, and the load whose storage stops at 40 %)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from kit.launch import resolve
+from kit.logs import ActivitySample, Deadline, Hung, Ready
+from kit.logs.schema import problems
+from kit.output import jsonable
+from kit.scenarios import load_scenario
+from kit.scenarios.replay import ReplaySource
+from kit.startup import limits_from_spec
+from kit.startup.live import LiveView
+from kit.startup.overrun import DeadlinePolicy, LoadProgress, load_progress, still_moving
+from kit.startup.result import headline, verdict_lines
+from kit.startup.up import follow_source
+from kit.startup.watch import Watcher
+
+GIB = 1 << 30
+LOAD_DEADLINE = 300.0  # the replayed loads take 1500 s (cold) and stop after 615 s (stalled)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))  # diagnostics of a HUNG replay go here
+
+
+def _replay(name: str):
+    scenario = load_scenario(name)
+    spec = resolve(scenario.target, image=scenario.image)
+    limits = limits_from_spec(spec)
+    limits = dataclasses.replace(
+        limits, deadline_s=dataclasses.replace(limits.deadline_s, load=LOAD_DEADLINE)
+    )
+    return ReplaySource(scenario), spec, limits
+
+
+def test_a_load_past_its_deadline_that_still_reads_is_followed_to_ready():
+    source, _spec, limits = _replay("cold-load")
+    watcher = Watcher(source, limits)  # the default policy: kit up, kit watch
+    verdict = watcher.run()
+    assert isinstance(verdict, Ready)
+    [overrun] = watcher.overruns
+    assert (overrun.stage, overrun.limit_s, overrun.attempt) == ("load", LOAD_DEADLINE, 1)
+    assert LOAD_DEADLINE < overrun.noticed_s < LOAD_DEADLINE + 1  # said when it happened, once
+    assert "GB read, 156 MB/s" in overrun.moving  # the scenario's read rate, from the samples
+    assert overrun.describe().startswith("load passed its 300 s deadline, still moving: ")
+
+
+def test_the_smoke_policy_still_ends_the_same_load_with_deadline():
+    source, _spec, limits = _replay("cold-load")
+    verdict = Watcher(source, limits, deadline_policy=DeadlinePolicy.VERDICT).run()
+    assert isinstance(verdict, Deadline) and verdict.phase.value == "load"
+    assert verdict.limit_s == LOAD_DEADLINE and verdict.exit_code == 5
+    assert LOAD_DEADLINE < verdict.elapsed_s < LOAD_DEADLINE + 1
+
+
+def test_the_result_is_ready_exit_0_and_names_the_stage_that_passed_its_deadline():
+    source, spec, limits = _replay("cold-load")
+    result = follow_source(source, spec, limits, session="test")
+    assert (result.verdict, result.exit_code) == ("ready", 0)
+    [row] = result.deadlines_passed
+    assert row.phase == "load" and row.limit_s == LOAD_DEADLINE
+    assert 1490 <= row.took_s <= 1530  # the whole load, as the timeline has it
+    assert "(load past its deadline)" in headline(result)
+    assert any("load passed its 300 s deadline (took 15" in line for line in verdict_lines(result))
+    assert problems({"type": "result", **jsonable(result)}, "up-result") == []
+
+
+def test_a_stage_past_its_deadline_that_then_stops_moving_is_hung_and_says_both():
+    source, spec, limits = _replay("stalled-load")
+    result = follow_source(source, spec, limits, session="test")
+    assert (result.verdict, result.phase, result.exit_code) == ("hung", "load", 4)
+    assert [row.phase for row in result.deadlines_passed] == ["load"]
+    assert "156 MB/s" in result.deadlines_passed[0].moving
+
+
+def test_the_live_view_says_it_once_and_shows_the_load_against_the_checkpoint_size():
+    source, _spec, limits = _replay("cold-load")
+    out = io.StringIO()
+    watcher = Watcher(source, limits)
+    with LiveView(
+        Console(file=out, force_terminal=False, width=200), title="t", load_bytes=234 * GIB
+    ) as view:
+        watcher.run(view.update, poll_s=0.25)
+    text = out.getvalue()
+    assert text.count("load passed its 300 s deadline, still moving: ") == 1
+    assert "followed on to READY, HUNG or CRASHED" in text
+    assert "(past its 300 s deadline)" in text  # the heartbeat lines while it goes on
+    assert "of 251.3 GB read (" in text and "MB/s, ETA " in text
+
+
+def test_json_lines_carry_the_deadline_event_and_the_load_progress(capsys):
+    source, _spec, limits = _replay("cold-load")
+    watcher = Watcher(source, limits)
+    with LiveView(Console(file=io.StringIO()), title="t", as_json=True, load_bytes=234 * GIB) as view:
+        watcher.run(view.update, poll_s=0.25)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(problems(line, "up-events") == [] for line in lines)  # docs/schema/up-events.json
+    [late] = [line for line in lines if line["type"] == "deadline"]
+    assert late["stage"] == "load" and late["limit_s"] == LOAD_DEADLINE and "156 MB/s" in late["moving"]
+    loads = [line for line in lines if line["type"] == "activity" and "load_read_bytes" in line]
+    assert loads and all(line["load_total_bytes"] == 234 * GIB for line in loads)
+    assert loads[-1]["load_read_bytes"] > loads[0]["load_read_bytes"]
+    assert 150e6 <= loads[-1]["load_rate_bytes_s"] <= 160e6
+
+
+# -- the pure parts ----------------------------------------------------------------------------------
+
+
+def _samples(rate: float, *, start: int = 0, n: int = 6, every: float = 2.0, **extra) -> list[ActivitySample]:
+    return [ActivitySample(t=i * every, read_bytes=int(start + rate * i * every), **extra) for i in range(n)]
+
+
+def test_load_progress_counts_from_the_stage_start_and_gives_rate_and_eta():
+    samples = _samples(60e6, start=41_000_000_000)
+    progress = load_progress(samples, read_at_start=1_000_000_000, total_bytes=234_000_000_000)
+    assert progress.read_bytes == 40_000_000_000 + 600_000_000
+    assert progress.rate_bytes_s == pytest.approx(60e6)
+    assert progress.eta_s == pytest.approx((234e9 - 40.6e9) / 60e6)
+    assert progress.describe() == "40.6 of 234.0 GB read (17 %), 60 MB/s, ETA 54 min"
+
+
+def test_load_progress_without_a_size_or_a_read_counter():
+    assert load_progress([ActivitySample(t=0.0)], None, 10) is None
+    bare = load_progress(_samples(0.0), None, None)
+    assert bare.fraction is None and bare.eta_s is None and bare.describe() == "0.0 GB read, 0 MB/s"
+    assert LoadProgress(5, None, 10).describe() == "0.0 of 0.0 GB read (50 %)"
+
+
+def test_still_moving_names_reads_gpu_memory_compile_and_cpu():
+    reads = still_moving(_samples(60e6, start=41_000_000_000), quiet_for_s=0.4)
+    assert reads == "41.6 GB read, 60 MB/s, last progress 0 s ago"
+    grow = [
+        ActivitySample(t=0.0, gpu_mem_bytes=GIB, compile_bytes=0, cpu_seconds=0.0),
+        ActivitySample(t=10.0, gpu_mem_bytes=3 * GIB, compile_bytes=5_000_000, compilers=2, cpu_seconds=9.0),
+    ]
+    said = still_moving(grow, quiet_for_s=3)
+    assert said == (
+        "GPU memory +2.00 GiB, compile writes +5.0 MB, 2 compilers alive, CPU 0.9 cores, "
+        "last progress 3 s ago"
+    )
+    assert still_moving([], quiet_for_s=1) == "last progress 1 s ago"  # output lines only
+
+
+def test_a_hung_verdict_is_never_turned_into_a_report():
+    source, _spec, limits = _replay("stalled-load")
+    verdict = Watcher(source, limits).run()
+    assert isinstance(verdict, Hung) and verdict.phase.value == "load"
