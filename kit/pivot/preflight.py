@@ -149,6 +149,7 @@ class PreflightProgress:
     ended: tuple[tuple[str, int], ...]  # (step, rank) that ended since the last call
     sweep: tuple[dict, ...]  # sweep rows that arrived since the last call
     container: str
+    skipped: tuple[str, ...] = ()  # steps every rank skipped (the graph step on CPU): not "ok"
 
 
 ProgressCallback = Callable[[PreflightProgress], None]
@@ -322,6 +323,7 @@ def _watch(
                     tuple(ended),
                     tuple(sweep),
                     box.name,
+                    tuple(r.step for r in step_rows(run, None) if r.status == "skipped"),
                 )
             )
         verdict = run.verdict(now)

@@ -128,3 +128,19 @@ def test_the_in_image_graph_step_on_cuda_says_why_it_cannot_run(ranks_module):
         "cuda", plan, {}
     )  # plain torch groups: no graph_capture()
     assert skip("cuda", plan, {"_server_args": object(), "recipe": "bootstrap"}) is None
+
+
+def test_the_live_view_says_skipped_not_ok_for_a_skipped_step():
+    import io
+
+    from rich.console import Console
+
+    from kit.cli.pivot import PreflightView
+    from kit.pivot.preflight import PreflightProgress
+
+    out = io.StringIO()
+    view = PreflightView(Console(file=out, width=200), 2, as_json=False, title="kit preflight tiny")
+    ended = (("allreduce", 0), ("allreduce", 1), ("graph", 0), ("graph", 1))
+    view.update(PreflightProgress("run", 3.0, "p2p", 0.0, ended, (), "kit-preflight-x", ("graph",)))
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2:] for line in lines] == [["allreduce", "ok"], ["graph", "skipped"]]
