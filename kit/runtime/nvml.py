@@ -3,7 +3,8 @@ container's processes use of it. The only module that calls NVML.
 
     gpus = open_nvml()                 # None where no driver answers (with the reason: nvml_missing())
     gpus.inventory()                   # driver, CUDA driver, devices (name, UUID, capability, memory)
-    gpus.usage(pids)                   # per device: memory those processes hold, utilisation
+    gpus.usage(pids)                   # per device: memory those processes hold, utilisation, and
+                                       # the Xids NVML's critical-error events reported (usage.error)
     gpus.p2p_matrix(), gpus.topology() # for doctor and fingerprints
 
 `lib` is the pynvml module or anything with the same functions: `kit.scenarios.fake_nvml.FakeNvml`
@@ -16,7 +17,11 @@ no per-process figure), the device's whole used memory stands in, and the readin
 
 Every NVML call is guarded: a GPU that stops answering (NVML_ERROR_GPU_IS_LOST after a P2P hang, a
 reset required, fallen off the bus) becomes a `LostGpu` in the inventory and the usage, never an
-exception in doctor, `kit up` or a bundle.
+exception in doctor, `kit up` or a bundle. Xid critical-error events are registered once per GPU and
+read without waiting (nvmlEventSetWait_v2, timeout 0) in every usage reading; a driver that does not
+offer them (NVML_ERROR_NOT_SUPPORTED) leaves `events_note`, never an error. A fatal Xid of NVIDIA's
+catalog (xids.toml: 8 and 119 are the GSP watchdog hangs RTX PRO 6000 hosts report) becomes
+`usage.error`, the verdict's gpu_error, which the gpu-lost cause reads.
 """
 
 from __future__ import annotations
