@@ -121,7 +121,8 @@ class PreflightView:
                     )
                 else:
                     suffix = "" if progress.attempt == "run" else f"  ({progress.attempt})"
-                    _line(self.out, f"{progress.elapsed:7.1f} s  {step:<10} ok{suffix}")
+                    status = "skipped" if step in getattr(progress, "skipped", ()) else "ok"
+                    _line(self.out, f"{progress.elapsed:7.1f} s  {step:<10} {status}{suffix}")
         if self.as_json:
             for row in progress.sweep:
                 emit_json({"type": "sweep", **row})

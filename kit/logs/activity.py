@@ -35,7 +35,7 @@ class ActivitySample:
     net_rx_bytes: int | None = None
     gpu_mem_bytes: int | None = None
     gpu_util: tuple[int | None, ...] = ()  # per device, percent: shown, never counted as progress
-    compile_bytes: int | None = None  # bytes written into the compile caches (kit/runtime/compile_cache.py)
+    compile_bytes: int | None = None  # bytes the processes wrote to storage (/proc/PID/io write_bytes)
     compilers: int | None = None  # live compiler processes under the server (nvcc, ptxas, cc1plus, ...)
     # CPU seconds per scheduler rank ("TP0", ...), where the source can tell the processes apart.
     rank_cpu_seconds: tuple[tuple[str, float], ...] = ()
@@ -162,6 +162,8 @@ class ActivitySummary:
             parts.append("gpu util " + "/".join("-" if u is None else str(u) for u in self.gpu_util) + " %")
         if self.compile_mb or self.compilers:
             parts.append(f"compile {self.compile_mb or 0:.1f} MB written, {self.compilers or 0} compilers")
+        elif self.compile_mb is None:  # /proc/PID/io unreadable: unknown, which is not "no compile"
+            parts.append("compile writes unknown")
         if self.gpu_error:
             parts.append(f"gpu error: {self.gpu_error}")
         if self.shape:

@@ -34,6 +34,7 @@ from kit.errors import EnvironmentProblem, ExitCode, InputError
 from kit.launch import resolve_full
 from kit.logs.stacks import RankStack, explain_hang
 from kit.output import jsonable
+from kit.pivot.graph_step import graph_request
 from kit.pivot.preflight_container import IN_CONTAINER, RANKS_SCRIPT, PreflightContainer
 from kit.pivot.steps import (
     LIMITS_FILE,
@@ -130,6 +131,8 @@ class PreflightResult:
     """{variable: {value, source: sglang | profile | kit, by?, replaced?}}: the ranks' environment."""
     tp_group: dict = field(default_factory=dict)
     """What SGLang built on its TP group (rank 0): backend, PyNccl, custom all-reduce."""
+    graph: dict = field(default_factory=dict)
+    """The graph step (rank 0): path, sizes with their time per replay, the PyNccl size; or skipped."""
     diagnostics: str | None = None
     containers_removed: bool = True
     notes: tuple[str, ...] = ()
@@ -146,6 +149,7 @@ class PreflightProgress:
     ended: tuple[tuple[str, int], ...]  # (step, rank) that ended since the last call
     sweep: tuple[dict, ...]  # sweep rows that arrived since the last call
     container: str
+    skipped: tuple[str, ...] = ()  # steps every rank skipped (the graph step on CPU): not "ok"
 
 
 ProgressCallback = Callable[[PreflightProgress], None]
@@ -220,6 +224,7 @@ def rank_request(
         "server_args": sglang_fields(),
         "env_sources": env_sources(spec, environment),
         "sweep": plan.sweep,
+        "graph": graph_request(spec, ranks),  # the widths the server's graphs reduce (graph_step.py)
         "p2p_bytes": plan.p2p_bytes,
         # torch's own timeouts stay out of the way: the kit's step deadlines decide.
         "collective_timeout_s": total + 60,
@@ -318,6 +323,7 @@ def _watch(
                     tuple(ended),
                     tuple(sweep),
                     box.name,
+                    tuple(r.step for r in step_rows(run, None) if r.status == "skipped"),
                 )
             )
         verdict = run.verdict(now)
@@ -478,6 +484,7 @@ def run_preflight(
         steps=step_rows(run, verdict),
         sweep=tuple(SweepRow(**row) for row in run.sweep),
         pairs=pair_rows(run.state["p2p"].details) if "p2p" in run.state else (),
+        graph=run.state["graph"].details.get(0, {}) if "graph" in run.state else {},
         nccl=nccl_version(lines) or (run.state["init"].details.get(0, {}).get("nccl")),
         transports=transports(lines) or ((base["backend"],) if base["backend"] == "gloo" else ()),
         nccl_lines=tuple(lines),

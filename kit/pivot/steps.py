@@ -25,7 +25,7 @@ from typing import Any
 from kit.errors import ExitCode
 
 MARK = "KIT_PREFLIGHT "
-STEPS = ("init", "allreduce", "p2p", "sweep")
+STEPS = ("init", "allreduce", "graph", "p2p", "sweep")
 LAUNCHER_STEPS = ("launch", "setup")
 ALL_STEPS = (*LAUNCHER_STEPS, *STEPS)
 LAUNCHER = -1
@@ -335,7 +335,7 @@ class PreflightRun:
 class StepRow:
     step: str
     status: str
-    """ok | failed | crashed | hung | deadline | not run"""
+    """ok | skipped (why: detail) | failed | crashed | hung | deadline | not run"""
     seconds: float | None
     """The slowest rank's own measure of the step (launch: container start to its last rank's first line)."""
     detail: str
@@ -386,6 +386,8 @@ def _detail(step: str, details: dict[int, dict], run: PreflightRun) -> str:
         return ", ".join(parts)
     if step == "allreduce":
         return f"{first.get('elements', '?')} {first.get('dtype', '')} values checked on every rank"
+    if step == "graph":
+        return graph_text(first)
     if step == "p2p":
         pairs = pair_rows(details)
         speeds = [p.gbps for p in pairs if p.gbps]
@@ -398,6 +400,23 @@ def _detail(step: str, details: dict[int, dict], run: PreflightRun) -> str:
         peak = max(r["busbw_gbps"] for r in rows)
         return f"{_size(rows[0]['bytes'])} - {_size(rows[-1]['bytes'])}, peak busbw {peak:.2f} GB/s"
     return ""
+
+
+def graph_text(detail: dict) -> str:
+    """The graph step in one line: the path SGLang's dispatch took inside graph_capture(), each width
+    with its time per replay (the slowest rank's), and the PyNccl size."""
+    if detail.get("skipped"):
+        return str(detail["skipped"])
+    parts = [
+        f"{s['name']} {s['tokens']} x {s['hidden']} ({_size(s['bytes'])}) {s['replay_us']:.0f} us"
+        for s in detail.get("sizes", ())
+    ]
+    pynccl = detail.get("pynccl")
+    if pynccl:
+        busbw = pynccl["busbw_gbps"]
+        parts.append(f"PyNccl {_size(pynccl['bytes'])} {pynccl['time_us']:.0f} us, busbw {busbw:.2f} GB/s")
+    head = f"bf16 all-reduce captured in graph_capture() and replayed ({detail.get('path', '?')})"
+    return head + (": " + "; ".join(parts) if parts else "")
 
 
 RECIPES = {
@@ -442,13 +461,15 @@ def step_rows(run: PreflightRun, verdict: RunVerdict | None) -> tuple[StepRow, .
     for step in run.steps:
         state = run.state[step]
         seconds = round(max(state.seconds.values()), 4) if state.seconds else None
-        if run.complete(step):
+        if run.complete(step) and state.details and all(d.get("skipped") for d in state.details.values()):
+            status = "skipped"  # a step this device cannot run (the graph step on CPU): says why
+        elif run.complete(step):
             status = "ok"
         elif verdict is not None and verdict.step == step:
             status = verdict.verdict
         else:
             status = "not run"
-        detail = _detail(step, state.details, run) if status == "ok" else ""
+        detail = _detail(step, state.details, run) if status in ("ok", "skipped") else ""
         if status == "ok" and run.world == 1 and step in PEER_STEPS:
             # A world of one has no peer pairs: the collective ran, but nothing crossed between GPUs.
             detail = f"{detail}; {NO_PEER_TRAFFIC}" if detail else NO_PEER_TRAFFIC
@@ -456,5 +477,5 @@ def step_rows(run: PreflightRun, verdict: RunVerdict | None) -> tuple[StepRow, .
     return tuple(rows)
 
 
-PEER_STEPS = ("allreduce", "p2p", "sweep")
+PEER_STEPS = ("allreduce", "graph", "p2p", "sweep")
 NO_PEER_TRAFFIC = "one rank: no peer traffic tested"

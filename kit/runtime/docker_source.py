@@ -11,15 +11,15 @@ Counters per sample: CPU seconds and block-I/O read bytes from the engine's stat
 processes' own /proc/PID/io where cgroup v1 gives none), network bytes received, and through NVML
 the GPU memory and utilisation of the container's processes (matched by host PID). From the host's
 /proc, under the container's PID 1 (`State.Pid`): CPU seconds per scheduler rank, compiler
-processes alive (kit/runtime/compile_cache.py COMPILERS), and bytes written into the compile-cache
-volume (`CompileCacheMeter`). An NVML failure (a GPU lost after a hang) becomes `gpu_error` in the
-sample, a fact for the verdict, never an exception out of the watch.
+processes alive (kit/runtime/compile_cache.py COMPILERS), and the bytes those processes wrote to
+storage (/proc/PID/io write_bytes through kit/runtime/processes.py `WriteMeter`; unknown where the
+host cannot read them, and `notes` says so). An NVML failure (a GPU lost after a hang) becomes
+`gpu_error` in the sample, a fact for the verdict, never an exception out of the watch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -36,9 +36,10 @@ from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
 from kit.logs.stacks import rank_of_process
 from kit.runtime import server as runtime
-from kit.runtime.compile_cache import COMPILERS, MOUNT
+from kit.runtime.compile_cache import COMPILERS
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
+from kit.runtime.processes import WriteMeter, processes, write_readings
 from kit.runtime.source import LineSplitter, ProcessStack, SourceState, read_gpu_usage, take_all
 
 _ERRORS = (DockerException, requests.RequestException, OSError, ValueError)
@@ -161,67 +162,6 @@ def host_pids(container: Container) -> list[int]:
     return [int(row[column]) for row in top.get("Processes") or [] if str(row[column]).isdigit()]
 
 
-class CompileCacheMeter:
-    """Bytes written into the compile caches since the first reading, from the host.
-
-    How: the container's file system as the host sees it, `/proc/<its PID 1>/root` + MOUNT, walked
-    with `os.scandir`; each file's size is remembered, and a file that is new or grew adds the
-    growth. The counter only rises (a temporary file removed after its rename is not un-written),
-    and the cache as it was at the first reading counts as zero, so a warm cache is no compile.
-    Why this way: an exec per sample (`du`) would start a process inside the server's container
-    every 2 s and cost an engine round trip; the cgroup's block-I/O write bytes count every write of
-    the container and reach the disk only at writeback, seconds to minutes late; a path-blind
-    /proc/PID/io write counter cannot tell the caches from logs and scratch files. A walk costs a
-    stat per cache file (thousands, milliseconds); `max_entries` bounds it on a huge cache. Where the
-    host may not look (a rootless kit and a root container: /proc/PID/root is not readable, as
-    /proc/PID/io is not) the reading is None: unknown, never progress.
-    """
-
-    def __init__(self, max_entries: int = 50_000):
-        self.max_entries = max_entries
-        self._sizes: dict[str, int] | None = None
-        self._written = 0
-
-    def read(self, root: Path) -> int | None:
-        sizes = _file_sizes(root, self.max_entries)
-        if sizes is None:
-            return None
-        if self._sizes is not None:
-            for path, size in sizes.items():
-                self._written += max(0, size - self._sizes.get(path, 0))
-        self._sizes = sizes
-        return self._written
-
-
-def _file_sizes(root: Path, max_entries: int) -> dict[str, int] | None:
-    """Path -> size of every regular file under `root`; None when `root` cannot be read."""
-    try:
-        if not root.is_dir():
-            return None
-    except OSError:
-        return None
-    sizes: dict[str, int] = {}
-    stack, seen = [str(root)], 0
-    while stack and seen < max_entries:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    seen += 1
-                    if seen > max_entries:
-                        break
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            sizes[entry.path] = entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue  # removed while we looked (a compiler's temporary file)
-        except OSError:
-            continue
-    return sizes
-
-
 def process_tree(root_pid: int | None) -> list[psutil.Process]:
     """The container's PID 1 and every process under it, as the host sees them (psutil over the
     host's /proc: no engine call, nothing started in the container). Empty where the host cannot
@@ -281,7 +221,8 @@ class DockerSource:
         self._restarts = self._restart_count()
         self._output = ContainerOutput(container, self._to_mono, after_wall=None)
         self._base_url: str | None = None
-        self._compile_meter = CompileCacheMeter()
+        self._writes = WriteMeter()
+        self.notes: list[str] = []
 
     def _started_at(self, mono_now: float) -> float:
         state = self.container.attrs.get("State") or {}
@@ -348,16 +289,23 @@ class DockerSource:
             net_rx_bytes=rx,
             gpu_mem_bytes=gpu_mem,
             gpu_util=gpu_util,
-            compile_bytes=self._compile_meter.read(Path(f"/proc/{root_pid}/root{MOUNT}"))
-            if root_pid
-            else None,
+            compile_bytes=self._compile_bytes(tree or processes(pids)),
             compilers=compilers_running(tree),
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
         )
 
-    def _compile_bytes(self, root_pid: int | None) -> int | None:
-        return self._compile_meter.read(Path(f"/proc/{root_pid}/root{MOUNT}")) if root_pid else None
+    def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
+        """Bytes the container's processes wrote since the watch began, from the host's /proc/PID/io
+        of the tree under the container's init PID (the same processes the per-rank CPU is read
+        from; `docker top`'s host PIDs where the host cannot walk the tree)."""
+        written = self._writes.read(write_readings(tree))
+        if written is None and not self.notes:
+            self.notes.append(
+                "compile progress unknown: the container's /proc/PID/io cannot be read from here "
+                "(a rootless kit watching a root container, or the kit in another PID namespace)"
+            )
+        return written
 
     def _gpu_usage(self, pids: list[int]) -> tuple[int | None, tuple[int | None, ...], str | None]:
         return read_gpu_usage(self.gpus, pids)

@@ -13,8 +13,8 @@ The third source beside DockerSource and ReplaySource (kit/runtime/source.py):
   bare PID whose stdout is a regular file is followed there without --log;
 - **activity** (kit/runtime/processes.py): CPU seconds and storage bytes read of the processes,
   network bytes only in a namespace of their own, GPU memory and utilisation through NVML by host
-  PID, and compile activity: compilers running under the server (by process name) and the bytes in
-  the compile caches its environment names (or the libraries' defaults);
+  PID, and compile activity: compilers running under the server (by process name) and the bytes its
+  processes wrote to storage (/proc/PID/io write_bytes; unknown, and said so, where unreadable);
 - **stacks**: `py-spy dump --pid` of each process whose title the caller wants, or why there is none.
 
 It never signals, stops or restarts what it watches.
@@ -209,7 +209,8 @@ class HostSource:
         wall, mono = time.time(), time.monotonic()
         self.started_at = min(mono, where.started_wall + (mono - wall))
         self.notes: list[str] = [f"output from {log.where}"]
-        self._cache_note_given = False
+        self._writes = procs.WriteMeter()
+        self._writes_note_given = False
 
     @classmethod
     def for_pid(cls, pid: int, *, log: str | None = None, gpus=None, base_url=None) -> HostSource:
@@ -277,31 +278,20 @@ class HostSource:
             net_rx_bytes=procs.net_rx_bytes(main),
             gpu_mem_bytes=gpu_mem,
             gpu_util=gpu_util,
-            compile_bytes=self._compile_bytes(main),
+            compile_bytes=self._compile_bytes(tree),
             compilers=counted.compilers,
         )
 
-    def _compile_bytes(self, pid: int) -> int | None:
-        env = procs.read_environ(pid)
-        if env is None:
-            return self._cache_unknown(f"the environment of pid {pid} cannot be read")
-        try:
-            process = psutil.Process(pid)
-            user = process.username()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError):
-            return None
-        home = env.get("HOME") or ("/root" if user == "root" else f"/home/{user}")
-        folders = [procs.host_path(pid, d) for d in procs.compile_cache_dirs(env, home, user)]
-        size = procs.dir_bytes(folders)
-        if size is None:
-            return self._cache_unknown(f"the compile caches hold over {procs.MAX_CACHE_ENTRIES} entries")
-        return size
-
-    def _cache_unknown(self, why: str) -> None:
-        if not self._cache_note_given:
-            self.notes.append(f"compile cache bytes unknown: {why}")
-            self._cache_note_given = True
-        return None
+    def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
+        """Bytes the server's processes wrote since the watch began (/proc/PID/io write_bytes)."""
+        written = self._writes.read(procs.write_readings(tree))
+        if written is None and not self._writes_note_given:
+            self.notes.append(
+                "compile progress unknown: /proc/PID/io of the server's processes cannot be read "
+                "(run kit as the server's user or as root)"
+            )
+            self._writes_note_given = True
+        return written
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ container's processes use of it. The only module that calls NVML.
 
     gpus = open_nvml()                 # None where no driver answers (with the reason: nvml_missing())
     gpus.inventory()                   # driver, CUDA driver, devices (name, UUID, capability, memory)
-    gpus.usage(pids)                   # per device: memory those processes hold, utilisation
+    gpus.usage(pids)                   # per device: memory those processes hold, utilisation, and
+                                       # the Xids NVML's critical-error events reported (usage.error)
     gpus.p2p_matrix(), gpus.topology() # for doctor and fingerprints
 
 `lib` is the pynvml module or anything with the same functions: `kit.scenarios.fake_nvml.FakeNvml`
@@ -16,15 +17,22 @@ no per-process figure), the device's whole used memory stands in, and the readin
 
 Every NVML call is guarded: a GPU that stops answering (NVML_ERROR_GPU_IS_LOST after a P2P hang, a
 reset required, fallen off the bus) becomes a `LostGpu` in the inventory and the usage, never an
-exception in doctor, `kit up` or a bundle.
+exception in doctor, `kit up` or a bundle. Xid critical-error events are registered once per GPU and
+read without waiting (nvmlEventSetWait_v2, timeout 0) in every usage reading; a driver that does not
+offer them (NVML_ERROR_NOT_SUPPORTED) leaves `events_note`, never an error. A fatal Xid of NVIDIA's
+catalog (xids.toml: 8 and 119 are the GSP watchdog hangs RTX PRO 6000 hosts report) becomes
+`usage.error`, the verdict's gpu_error, which the gpu-lost cause reads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # pynvml spells a few of these as 1-tuples (NVML_P2P_CAPS_INDEX_READ = (0,)); the C values are plain.
@@ -56,6 +64,57 @@ class GpuDevice:
 # NVML return codes of a GPU that no longer answers (pynvml's NVML_ERROR_*): a GPU lost after a hang,
 # one that needs a reset, one gone from the bus; 999 (Unknown) is what a fallen-off-the-bus GPU gives.
 LOST_CODES = {15: "GPU is lost", 16: "GPU requires reset", 28: "GPU not found", 999: "unknown error"}
+
+
+# The Xids that end a GPU's work (NVIDIA's Xid catalog; kit/runtime/xids.toml says where each is from).
+FATAL_XIDS: dict[int, str] = {
+    int(code): meaning
+    for code, meaning in tomllib.loads((Path(__file__).with_name("xids.toml")).read_text(encoding="utf-8"))[
+        "fatal"
+    ].items()
+}
+XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError (nvml.h)
+NVML_ERROR_TIMEOUT = 10  # nvmlEventSetWait_v2 with nothing waiting
+_MAX_EVENTS_PER_READ = 64  # a driver flooding events must not stall the sampler
+# The kernel's words: `NVRM: Xid (PCI:0000:01:00): 119, pid=..., Timeout after 45s ...`.
+_KERNEL_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An Xid the driver reported for a GPU: through NVML's critical-error events or the kernel log."""
+
+    xid: int
+    index: int | None = None
+    """The NVML index (None: the kernel log names the PCI address instead)."""
+    pci: str | None = None
+    source: str = "nvml"
+    """'nvml' (an event) or 'kernel log' (an `NVRM: Xid` line)."""
+
+    @property
+    def fatal(self) -> bool:
+        return self.xid in FATAL_XIDS
+
+    def describe(self) -> str:
+        where = f"GPU {self.index}" if self.index is not None else f"PCI {self.pci or '?'}"
+        told = "NVML's Xid event" if self.source == "nvml" else "the kernel log"
+        if self.fatal:  # "fatal Xid": the gpu-lost cause's mark (kit/logs/causes.toml)
+            return f"fatal Xid {self.xid} on {where} ({FATAL_XIDS[self.xid]}; {told})"
+        return f"Xid {self.xid} on {where} (not fatal in NVIDIA's Xid catalog; {told})"
+
+
+def kernel_xid(line: str) -> XidEvent | None:
+    """The Xid of one kernel log line (`dmesg`, `journalctl -k`), or None for any other line."""
+    found = _KERNEL_XID.search(line)
+    if found is None:
+        return None
+    return XidEvent(int(found.group(2)), pci=found.group(1), source="kernel log")
+
+
+def xid_error(events: Iterable[XidEvent]) -> str | None:
+    """One line naming the fatal Xids seen (the gpu-lost cause's evidence), or None without one."""
+    fatal = [e.describe() for e in events if e.fatal]
+    return f"gpu error: {'; '.join(dict.fromkeys(fatal))}" if fatal else None
 
 
 @dataclass(frozen=True)
@@ -104,6 +163,13 @@ class GpuUsage:
     readings: tuple[GpuReading, ...] = field(default_factory=tuple)
     lost: tuple[LostGpu, ...] = ()
     """Devices that did not answer this reading."""
+    xids: tuple[XidEvent, ...] = ()
+    """Every Xid NVML's events reported since the reader opened (where the driver offers them)."""
+
+    @property
+    def error(self) -> str | None:
+        """The fatal Xids as the verdict's evidence (read_gpu_usage hands it on as gpu_error)."""
+        return xid_error(self.xids)
 
     @property
     def memory_bytes(self) -> int:
@@ -137,6 +203,11 @@ class NvmlGpus:
         self.lib = lib
         self._handles: list[tuple[int, Any]] = []
         self._lost: dict[int, LostGpu] = {}
+        self._event_set: Any = None
+        self._events_opened = False
+        self.xids: list[XidEvent] = []
+        self.events_note: str | None = None
+        """Why NVML's Xid events are not read here (not offered by the driver, ...), or None."""
         for index in range(lib.nvmlDeviceGetCount()):
             try:
                 self._handles.append((index, lib.nvmlDeviceGetHandleByIndex(index)))
@@ -144,8 +215,66 @@ class NvmlGpus:
                 self._lose(index, exc)
 
     def close(self) -> None:
+        if self._event_set is not None:
+            with contextlib.suppress(self.lib.NVMLError, AttributeError):
+                self.lib.nvmlEventSetFree(self._event_set)
+            self._event_set = None
         with contextlib.suppress(self.lib.NVMLError):
             self.lib.nvmlShutdown()
+
+    # -- Xid events ---------------------------------------------------------------------------------
+
+    def _open_events(self) -> Any:
+        """Once: an event set with every answering GPU registered for Xid critical errors. None where
+        the driver does not offer them (NVML_ERROR_NOT_SUPPORTED on some boards and in vGPU guests)."""
+        if self._events_opened:
+            return self._event_set
+        self._events_opened = True
+        lib = self.lib
+        try:
+            event_set = lib.nvmlEventSetCreate()
+        except (lib.NVMLError, AttributeError) as exc:
+            self.events_note = f"NVML events not offered ({_error_text(exc)})"
+            return None
+        registered, refused = [], []
+        for index, handle in self._answering():
+            try:
+                lib.nvmlDeviceRegisterEvents(handle, XID_CRITICAL_EVENT, event_set)
+                registered.append(index)
+            except lib.NVMLError as exc:
+                refused.append(f"GPU {index}: {_error_text(exc)}")
+        if refused:
+            self.events_note = f"Xid events not offered for {', '.join(refused)}"
+        if not registered:
+            with contextlib.suppress(lib.NVMLError):
+                lib.nvmlEventSetFree(event_set)
+            return None
+        self._event_set = event_set
+        return event_set
+
+    def _index_of(self, device: Any) -> int | None:
+        for index, handle in self._handles:
+            if handle is device:
+                return index
+        return self._try(self.lib.nvmlDeviceGetIndex, device)
+
+    def read_xids(self) -> tuple[XidEvent, ...]:
+        """The Xid events waiting now (never blocks: timeout 0); kept in `xids` as well."""
+        event_set = self._open_events()
+        if event_set is None:
+            return ()
+        found = []
+        for _ in range(_MAX_EVENTS_PER_READ):
+            try:
+                data = self.lib.nvmlEventSetWait_v2(event_set, 0)
+            except self.lib.NVMLError as exc:
+                if getattr(exc, "value", None) != NVML_ERROR_TIMEOUT:
+                    self.events_note = f"NVML event wait failed ({_error_text(exc)})"
+                break
+            if int(data.eventType) & XID_CRITICAL_EVENT:
+                found.append(XidEvent(int(data.eventData), index=self._index_of(data.device)))
+        self.xids += found
+        return tuple(found)
 
     @property
     def lost(self) -> tuple[LostGpu, ...]:
@@ -250,7 +379,8 @@ class NvmlGpus:
                     whole_device=whole,
                 )
             )
-        return GpuUsage(tuple(r for r in readings if r.index not in self._lost), self.lost)
+        self.read_xids()
+        return GpuUsage(tuple(r for r in readings if r.index not in self._lost), self.lost, tuple(self.xids))
 
     def device_usage(self) -> tuple[tuple[int, int, int | None, int], ...]:
         """(index, memory used, utilisation %, processes) of every answering device, whoever uses it."""

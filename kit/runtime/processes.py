@@ -1,5 +1,5 @@
 """A server's processes on this host, read through /proc and psutil: the tree, its counters, its
-compile caches, its stacks. What kit/runtime/host_source.py samples; no Docker involved.
+writes (compile progress), its stacks. What kit/runtime/host_source.py samples; no Docker involved.
 
 A container's processes are host processes too (the engine's `docker top` lists their host PIDs),
 so everything here works for a server in a container as for one under systemd: files the process
@@ -18,19 +18,17 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from kit.runtime.compile_cache import COMPILERS, ENV
+from kit.runtime.compile_cache import COMPILERS
 
 PROC = Path("/proc")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PY_SPY_TIMEOUT_S = 20
-# A cache walk stops here and says "unknown": a sample every 2 s must stay cheap.
-MAX_CACHE_ENTRIES = 50_000
 
 # -- /proc --------------------------------------------------------------------------------------
 
@@ -201,64 +199,50 @@ def net_rx_bytes(pid: int, proc: Path = PROC) -> int | None:
     return total
 
 
-# -- compile caches -----------------------------------------------------------------------------
-
-# Where each cache lives when its variable is unset, read from the libraries' own code (the releases
-# in the kit's images): triton/knobs.py (`~/.triton/cache`, TRITON_HOME moves it),
-# torch/_inductor/runtime/cache_dir_utils.py (`$TMPDIR/torchinductor_<user>`),
-# flashinfer/jit/env.py (`$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`), tvm_ffi/cpp/extension.py
-# (`~/.cache/tvm-ffi`), sglang/srt/environ.py (SGLANG_CACHE_DIR `~/.cache/sglang`; 0.5.23's
-# redirect_third_party_caches() points triton, inductor, CUDA and flashinfer under it), deep_gemm
-# under SGLANG_CACHE_DIR, and the CUDA driver's `~/.nv/ComputeCache`.
-
-
-def compile_cache_dirs(env: Mapping[str, str], home: str, user: str) -> list[str]:
-    """The folders a process's JIT compilers write to: its variables, else the defaults. Pure."""
-    tmp = env.get("TMPDIR") or "/tmp"
-    sglang = env.get("SGLANG_CACHE_DIR") or f"{home}/.cache/sglang"
-    triton_home = env.get("TRITON_HOME") or home
-    flashinfer_base = env.get("FLASHINFER_WORKSPACE_BASE") or home
-    defaults = {
-        "TRITON_CACHE_DIR": f"{triton_home}/.triton/cache",
-        "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/torchinductor_{user}",
-        "FLASHINFER_WORKSPACE_BASE": f"{flashinfer_base}/.cache/flashinfer",
-        "SGLANG_DG_CACHE_DIR": f"{sglang}/deep_gemm",
-        "TVM_FFI_CACHE_DIR": f"{home}/.cache/tvm-ffi",
-        "CUDA_CACHE_PATH": f"{home}/.nv/ComputeCache",
-        "SGLANG_JIT_CACHE_DIR": f"{sglang}/jit",  # 0.5.23 sglang/kernels/jit/utils/compile/cache.py
-        "SGLANG_CACHE_DIR": sglang,
-    }
-    # FLASHINFER_WORKSPACE_BASE names a base; flashinfer appends .cache/flashinfer itself.
-    dirs = [env.get(name) or defaults[name] for name in ENV if name != "FLASHINFER_WORKSPACE_BASE"]
-    dirs += [defaults["FLASHINFER_WORKSPACE_BASE"], sglang]
-    chosen: list[str] = []
-    for folder in sorted({os.path.normpath(d) for d in dirs}, key=len):
-        if not any(folder == c or folder.startswith(c.rstrip("/") + "/") for c in chosen):
-            chosen.append(folder)  # a folder inside one already counted is not counted twice
-    return sorted(chosen)
+# -- writes: compile progress ------------------------------------------------------------------
+#
+# A JIT compile (Triton's LLVM stage in the server's own process, nvcc/ptxas children, flashinfer's
+# ninja) ends in files written to a cache. The kernel counts what each process sends to storage in
+# /proc/PID/io `write_bytes` (psutil's io_counters().write_bytes), at the moment the pages are
+# dirtied (not at writeback), and adds a reaped child's count to its parent's. So the bytes the
+# server's process tree wrote are read without walking any cache: a cache of any size costs one read
+# per process. Not counted: files on tmpfs (no writeback), pipes and sockets (its log lines).
 
 
-def dir_bytes(folders: Iterable[Path], max_entries: int = MAX_CACHE_ENTRIES) -> int | None:
-    """Bytes of the files under FOLDERS (missing ones count 0); None past max_entries."""
-    total, seen = 0, 0
-    stack = [f for f in folders if f.is_dir()]
-    while stack:
+def write_readings(procs: Iterable[psutil.Process]) -> dict[tuple[int, float], int] | None:
+    """{(pid, start time): write_bytes} of each process whose /proc/PID/io can be read; None when none
+    can (another user's processes without CAP_SYS_PTRACE, the kit in another PID namespace)."""
+    found: dict[tuple[int, float], int] = {}
+    for process in procs:
         try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
+            found[(process.pid, process.create_time())] = int(process.io_counters().write_bytes)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, AttributeError, OSError):
             continue
-        for entry in entries:
-            seen += 1
-            if seen > max_entries:
-                return None
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total
+    return found or None
+
+
+class WriteMeter:
+    """Bytes a process tree wrote since the first reading, from successive `write_readings`. Pure.
+
+    Each process counts from its own previous reading; one first seen after the first reading (a
+    compiler started since) counts from zero, since all it wrote it wrote while watched. A process
+    keyed by (pid, start time), so a reused PID is a new process. A child that exits between two
+    readings is counted through its parent, which the kernel credits at reaping; a child seen before
+    it exits may then count twice, which only overstates how much moved, never that something did.
+    None readings (nothing readable) give None: unknown, never zero progress."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, float], int] | None = None
+        self._written = 0
+
+    def read(self, readings: dict[tuple[int, float], int] | None) -> int | None:
+        if readings is None:
+            return None
+        if self._last is not None:
+            for key, value in readings.items():
+                self._written += max(0, value - self._last.get(key, 0))
+        self._last = dict(readings)
+        return self._written
 
 
 # -- stacks -------------------------------------------------------------------------------------

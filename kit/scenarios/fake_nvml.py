@@ -10,6 +10,8 @@ NVML code (PID matching, whole-device fallback, P2P and topology words) without 
     nvml.set_utilization(gpu=0, pct=100)
     nvml.lose(gpu=2)                                   # every call on GPU 2: NVML_ERROR_GPU_IS_LOST
     nvml.fail("nvmlDeviceGetUtilizationRates", gpu=1)  # one call on one GPU raises (NotSupported)
+    nvml.xid(gpu=1, code=119)                          # an Xid critical-error event for GPU 1
+    nvml.fail("nvmlDeviceRegisterEvents")              # a driver that offers no events
 
 Errors carry pynvml's `value` (the NVML return code), as pynvml's own NVMLError subclasses do.
 """
@@ -49,6 +51,10 @@ class NVMLError_GpuIsLost(NVMLError):
 
 class NVMLError_ResetRequired(NVMLError):
     value, words = 16, "GPU requires restart"
+
+
+class NVMLError_Timeout(NVMLError):
+    value, words = 10, "Timeout"
 
 
 class NVMLError_Unknown(NVMLError):
@@ -97,6 +103,7 @@ class FakeNvml:
     NVML_ERROR_GPU_IS_LOST = 15
     NVML_FEATURE_ENABLED = 1
     NVML_NVLINK_MAX_LINKS = 18
+    nvmlEventTypeXidCriticalError = 0x8
 
     def __init__(
         self,
@@ -115,6 +122,8 @@ class FakeNvml:
         self.p2p = p2p or {}  # (i, j) -> NVML P2P status code; absent = 0 (OK)
         self.topology = topology or {}  # (i, j) -> topology level; absent = 30 (PHB)
         self.initialised = 0
+        self.events: list[SimpleNamespace] = []  # Xid events not yet read (nvmlEventSetWait_v2)
+        self.registered: dict[int, int] = {}  # GPU index -> event types registered
         self.failures: dict[tuple[str, int | None], NVMLError] = {}
         """(function name or '*', GPU index or None for every GPU) -> the error it raises."""
 
@@ -154,6 +163,12 @@ class FakeNvml:
     def fail(self, call: str, *, gpu: int | None = None, error: NVMLError | None = None) -> None:
         """Make one pynvml function raise (for one GPU, or for all): NotSupported unless told."""
         self.failures[(call, gpu)] = error or NVMLError_NotSupported()
+
+    def xid(self, gpu: int, code: int) -> None:
+        """The driver reports Xid CODE on GPU (an event, read by whoever registered for it)."""
+        self.events.append(
+            SimpleNamespace(device=self.devices[gpu], eventType=0x8, eventData=code, gpuInstanceId=0)
+        )
 
     def lose(self, gpu: int, error: NVMLError | None = None) -> None:
         """GPU falls off: its handle and every call on it raise GPU_IS_LOST (as after a P2P hang)."""
@@ -242,3 +257,32 @@ class FakeNvml:
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         self._ready()
         return self.cuda_driver
+
+    # Events: pynvml's nvmlEventSetCreate / nvmlDeviceRegisterEvents / nvmlEventSetWait_v2 / Free.
+
+    def nvmlEventSetCreate(self) -> SimpleNamespace:
+        self._ready()
+        planted = self.failures.get(("nvmlEventSetCreate", None))
+        if planted is not None:
+            raise planted
+        return SimpleNamespace(kind="event set")
+
+    @_per_device
+    def nvmlDeviceRegisterEvents(self, handle: FakeDevice, types: int, event_set: SimpleNamespace) -> None:
+        index = self.devices.index(handle)
+        self.registered[index] = self.registered.get(index, 0) | types
+
+    def nvmlEventSetWait_v2(self, event_set: SimpleNamespace, timeout_ms: int) -> SimpleNamespace:
+        self._ready()
+        for position, event in enumerate(self.events):
+            index = self.devices.index(event.device)
+            if self.registered.get(index, 0) & event.eventType:
+                return self.events.pop(position)
+        raise NVMLError_Timeout()
+
+    def nvmlEventSetFree(self, event_set: SimpleNamespace) -> None:
+        self.registered.clear()
+
+    @_per_device
+    def nvmlDeviceGetIndex(self, handle: FakeDevice) -> int:
+        return self.devices.index(handle)

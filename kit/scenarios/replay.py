@@ -72,6 +72,8 @@ class At(_Strict):
     rank_cores: tuple[float, ...] | None = None  # busy cores per scheduler (TP0, TP1, ...), from t on
     compile_mb_s: float | None = Field(default=None, ge=0)  # bytes written into the compile caches
     compilers: int | None = Field(default=None, ge=0)  # compiler processes alive (nvcc, ptxas, ...)
+    xid: int | None = Field(default=None, gt=0)  # the driver reports this Xid (an NVML event) at t
+    xid_gpu: int = Field(default=0, ge=0)  # on this GPU
     exit_code: int | None = None  # the server stops
     start: bool = False  # the server runs again (after exit_code; a supervisor restarted it)
     source: str = Field(min_length=8)  # where this log block and activity shape come from
@@ -290,6 +292,7 @@ class ReplaySource:
         self._written: list[str] = []
         self._nvml = scenario.fake_nvml()
         self._gpus = open_nvml(self._nvml) if self._nvml is not None else None
+        self._xids_sent: set[int] = set()
         self.pids = {
             _MAIN_PID: "python3 -m sglang.launch_server",
             **{_FIRST_RANK_PID + r: f"sglang::scheduler_TP{r}" for r in range(scenario.ranks)},
@@ -364,6 +367,10 @@ class ReplaySource:
             for rank in range(scenario.ranks):
                 self._nvml.set_process(rank, _FIRST_RANK_PID + rank, per_rank)
                 self._nvml.set_utilization(rank, util)
+            for position, entry in enumerate(scenario.at):
+                if entry.xid is not None and entry.t <= t and position not in self._xids_sent:
+                    self._xids_sent.add(position)
+                    self._nvml.xid(entry.xid_gpu, entry.xid)
             gpu_mem, gpu_util, gpu_error = read_gpu_usage(self._gpus, self.pids)
         return ActivitySample(
             t=t,

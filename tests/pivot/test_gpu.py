@@ -101,4 +101,14 @@ def test_preflight_runs_sglangs_groups_on_every_gpu_and_names_transports_under_t
     assert len(result["pairs"]) == ranks * (ranks - 1)
     assert all(p["peer_access"] is not None for p in result["pairs"])
     assert result["sweep"][-1]["bytes"] == device_plan("cuda").sweep["max_bytes"]
+    # The graph step: bf16 all-reduces captured inside SGLang's graph_capture() and replayed at the
+    # profile's decode and prefill-chunk widths, and one PyNccl size (kit/pivot/graph_step.py)
+    graph = result["graph"]
+    row = next(s for s in result["steps"] if s["step"] == "graph")
+    assert row["status"] == "ok" and "graph_capture()" in row["detail"], row
+    assert [s["name"] for s in graph["sizes"]] == ["decode", "prefill"]
+    assert all(s["hidden"] == 3072 and s["replay_us"] > 0 and s["capture_s"] > 0 for s in graph["sizes"])
+    assert graph["pynccl"]["bytes"] == 16 << 20 and graph["pynccl"]["busbw_gbps"] > 0
+    if sglang_skip("no-custom-all-reduce", facts):  # the PCIe TP 4 case: every graph reduces via PyNccl
+        assert graph["path"] == "PyNccl", graph["path"]
     assert not new_containers()

@@ -15,6 +15,7 @@ import pytest
 from pivot_helpers import KIT, run_kit
 
 from kit.images.manifest import load_manifest
+from kit.pivot.graph_step import CPU_SKIP
 from kit.pivot.steps import ALL_STEPS, device_plan
 
 pytestmark = [pytest.mark.docker]
@@ -26,7 +27,10 @@ def test_preflight_tiny_runs_sglangs_own_group_init_on_gloo_and_names_the_settin
     code, result, lines, _ = run_kit("preflight", "tiny", timeout=600)
     assert code == 0, result
     assert result["verdict"] == "ok" and result["backend"] == "gloo" and result["ranks"] == 2
-    assert [(s["step"], s["status"]) for s in result["steps"]] == [(step, "ok") for step in ALL_STEPS]
+    assert [(s["step"], s["status"]) for s in result["steps"]] == [
+        (step, "skipped" if step == "graph" else "ok") for step in ALL_STEPS
+    ]
+    assert result["graph"] == {"skipped": CPU_SKIP}  # the CPU rehearsal has no CUDA graphs: said so
     # The image's own release built the groups, through its own bootstrap (0.5.23)
     assert result["sglang"] == load_manifest(rehearsal_image).pins.sglang
     assert (result["groups"], result["recipe"]) == ("sglang", "bootstrap")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from kit.check import venv_dir
+from kit.pivot.graph_step import CPU_SKIP
 from kit.pivot.preflight import RANKS_SCRIPT
 from kit.pivot.preflight_container import SGLANG_GROUPS
 from kit.pivot.steps import STEPS, PreflightRun, device_plan, step_rows
@@ -53,6 +54,7 @@ def request(tmp_path: Path, **extra) -> Path:
         "server_args": ["disable_custom_all_reduce"],
         "env_sources": {"NCCL_DEBUG": "kit"},
         "sweep": {"min_bytes": 8, "max_bytes": 4096, "factor": 8, "iters": 2, "warmup": 1},
+        "graph": {"skip": CPU_SKIP},
         "p2p_bytes": 4096,
         "run_timeout_s": 60,
         **extra,
@@ -124,7 +126,9 @@ def test_two_gloo_ranks_pass_every_step_with_checked_values_pairs_and_a_sweep(tm
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = read_run(done.stdout)
     assert run.verdict(1.0).verdict == "ok"
-    assert [r.status for r in step_rows(run, None)] == ["ok"] * 6
+    rows = {r.step: r for r in step_rows(run, None)}
+    assert {step: r.status for step, r in rows.items() if r.status != "ok"} == {"graph": "skipped"}
+    assert rows["graph"].detail == CPU_SKIP  # the in-image step on CPU: skipped with the kit's reason
     init = run.state["init"].details[0]
     settings = run.setup["settings"]
     assert settings["NCCL_DEBUG"] == {"value": "INFO", "source": "kit"}

@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kit.pivot.graph_step import CPU_SKIP
 from kit.pivot.steps import (
     ALL_STEPS,
     MARK,
@@ -70,6 +71,8 @@ def healthy(world: int = 2, t0: float = 100.0) -> list[tuple[float, dict]]:
                     if peer != rank
                 ]
                 return {"method": "shared-memory", "pairs": pairs}
+            if step == "graph":  # what ranks.py's graph step answers on CPU
+                return {"skipped": CPU_SKIP}
             return {}
 
         if step == "sweep":
@@ -92,14 +95,15 @@ def test_a_healthy_run_is_ok_with_a_row_per_step_and_the_sweep():
     assert verdict is not None and verdict.verdict == "ok" and verdict.exit_code == 0
     rows = step_rows(run, verdict)
     assert [r.step for r in rows] == list(ALL_STEPS)
-    assert all(r.status == "ok" for r in rows)
+    assert {r.step: r.status for r in rows if r.status != "ok"} == {"graph": "skipped"}
+    assert rows[4].detail == CPU_SKIP  # skipped, with the reason
     assert rows[0].seconds == 0.5  # launch: container start to the launcher's first line
     assert "torch 2.13.0+cpu" in rows[0].detail
     assert rows[1].seconds == 1.2 and rows[1].detail == (
         "sglang 0.5.23: its arguments and environment (NCCL_CUMEM_ENABLE=0)"
     )  # SGLang's NCCL settings are named; its cache paths are in the JSON only
     assert rows[2].detail == "SGLang's groups (distributed/bootstrap.py::init_parallel_runtime), gloo"
-    assert "2 pairs written and checked (shared-memory)" in rows[4].detail
+    assert "2 pairs written and checked (shared-memory)" in rows[5].detail
     assert run.setup == SETUP
     assert run.sweep == [{"bytes": 8, "time_us": 100.0, "algbw_gbps": 8e-5, "busbw_gbps": 8e-5}]
 
@@ -122,7 +126,7 @@ def test_a_rank_that_never_joins_init_is_hung_in_init_at_its_deadline_not_before
     assert verdict.verdict == "hung" and verdict.step == "init" and verdict.exit_code == 4
     assert verdict.ranks == (0, 1)
     rows = step_rows(run, verdict)
-    assert [r.status for r in rows] == ["ok", "ok", "hung", "not run", "not run", "not run"]
+    assert [r.status for r in rows] == ["ok", "ok", "hung", "not run", "not run", "not run", "not run"]
 
 
 def test_a_rank_that_never_starts_is_counted_from_the_container_start():
@@ -140,7 +144,7 @@ def test_a_sweep_still_reporting_at_its_deadline_is_deadline_not_hung():
     plan = device_plan("cpu", {"sweep": 5})
     run = PreflightRun(1, STEPS, plan, 0.0)
     run.feed_line(line(ev="start", rank=0, pid=1), 1.0)
-    for step in ("init", "allreduce", "p2p"):
+    for step in ("init", "allreduce", "graph", "p2p"):
         run.feed_line(line(ev="begin", rank=0, step=step), 1.0)
         run.feed_line(line(ev="end", rank=0, step=step, s=0.0), 1.0)
     run.feed_line(line(ev="begin", rank=0, step="sweep"), 1.0)

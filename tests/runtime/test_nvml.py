@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.runtime.nvml import lost_note, nvml_missing, open_nvml, read_inventory
+from kit.runtime.nvml import kernel_xid, lost_note, nvml_missing, open_nvml, read_inventory, xid_error
 from kit.scenarios.fake_nvml import (
     FakeNvml,
     NVMLError_GpuIsLost,
@@ -202,3 +202,56 @@ def test_the_real_nvml_reads_this_hosts_gpus():
     assert inventory.error is None and inventory.count >= 1
     assert inventory.driver_version and inventory.cuda_driver_version
     assert all(d.memory_total_bytes > 0 and d.uuid.startswith(("GPU-", "MIG-")) for d in inventory.devices)
+
+
+# -- Xid critical-error events ------------------------------------------------------------------------
+
+
+def test_an_xid_event_is_read_in_the_sampler_and_becomes_the_readings_gpu_error():
+    nvml = four_cards()
+    nvml.set_process(gpu=2, pid=4242, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    assert gpus.usage([4242]).error is None  # nothing reported yet: no error
+    assert nvml.registered == {i: nvml.nvmlEventTypeXidCriticalError for i in range(4)}
+    nvml.xid(gpu=2, code=119)
+    nvml.xid(gpu=0, code=13)  # an application's own fault (graphics engine exception): not fatal
+    usage = gpus.usage([4242])
+    assert [(x.xid, x.index) for x in usage.xids] == [(119, 2), (13, 0)]
+    assert usage.error == "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; NVML's Xid event)"
+    assert gpus.usage([4242]).error == usage.error  # kept: the verdict may come minutes later
+    assert not nvml.events  # every waiting event was taken, none waited for (timeout 0)
+
+
+@pytest.mark.parametrize("code", [8, 48, 62, 74, 79, 92, 94, 95, 109, 119, 120, 154])
+def test_every_fatal_xid_of_nvidias_catalog_is_gpu_lost_evidence(code):
+    nvml = four_cards()
+    nvml.set_process(gpu=1, pid=7, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    nvml.xid(gpu=1, code=code)
+    assert f"fatal Xid {code} on GPU 1" in gpus.usage([7]).error
+
+
+def test_a_driver_that_offers_no_events_is_a_note_not_an_error():
+    nvml = four_cards()
+    nvml.fail("nvmlDeviceRegisterEvents")  # NVML_ERROR_NOT_SUPPORTED
+    nvml.set_process(gpu=0, pid=7, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    usage = gpus.usage([7])
+    assert usage.readings and usage.xids == () and usage.error is None
+    assert "not offered" in gpus.events_note and "Not Supported" in gpus.events_note
+    nvml.fail("nvmlEventSetCreate")
+    other = open_nvml(nvml)
+    assert other.usage([7]).error is None and "not offered" in other.events_note
+
+
+def test_kernel_log_xid_lines_as_the_driver_prints_them():
+    # NVIDIA/open-gpu-kernel-modules#1159 (Xid 8 on an RTX PRO 6000 under SGLang) and #1045 (Xid 119)
+    xid8 = kernel_xid("NVRM: Xid (PCI:0000:01:00): 8, pid=48694, name=python3, channel 0x00000008")
+    xid119 = kernel_xid(
+        "kernel: NVRM: Xid (PCI:0000:2b:00): 119, pid=1012, name=nvidia-smi, "
+        "Timeout after 45s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL)"
+    )
+    assert (xid8.xid, xid8.pci, xid8.fatal) == (8, "0000:01:00", True)
+    assert xid119.xid == 119 and "fatal Xid 119 on PCI 0000:2b:00 (GSP RPC timeout" in xid119.describe()
+    assert kernel_xid("NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014") is None
+    assert xid_error([kernel_xid("NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception")]) is None

@@ -231,3 +231,11 @@ def test_a_quick_restart_ends_the_crashed_attempt_although_the_next_run_is_busy(
     watcher, verdict, at = _watch(quick, max_attempts=2)
     assert (verdict.kind, verdict.phase.value, watcher.attempts.number) == ("crashed", "load", 2)
     assert at < 262  # judged before the next run's launch line
+
+
+def test_an_xid_119_in_capture_names_gpu_lost_first_through_the_real_nvml_reader():
+    run = run_scenario("xid-119-capture")
+    result = run.result
+    assert (result.verdict, result.phase) == ("hung", "capture")
+    assert result.likely_causes[0].id == "gpu-lost"
+    assert "fatal Xid 119 on GPU 2 (GSP RPC timeout" in result.gpu_error

@@ -100,39 +100,6 @@ def test_restart_policies_that_bring_a_server_back():
 # -- compile activity and ranks, read from the host's /proc (real processes, real files) ---------
 
 
-def test_the_compile_cache_meter_counts_bytes_written_since_its_first_reading(tmp_path):
-    from kit.runtime.docker_source import CompileCacheMeter
-
-    cache = tmp_path / "kit-compile"
-    (cache / "triton" / "ab12").mkdir(parents=True)
-    (cache / "triton" / "ab12" / "old.cubin").write_bytes(b"x" * 5000)  # a warm cache is no compile
-    meter = CompileCacheMeter()
-    assert meter.read(cache) == 0
-    (cache / "triton" / "cd34").mkdir()
-    (cache / "triton" / "cd34" / "new.cubin").write_bytes(b"y" * 3000)
-    assert meter.read(cache) == 3000
-    with open(cache / "triton" / "cd34" / "new.cubin", "ab") as grown:
-        grown.write(b"z" * 100)
-    (cache / "triton" / "ab12" / "old.cubin").unlink()  # removed files are not un-written
-    assert meter.read(cache) == 3100
-    assert meter.read(cache) == 3100  # nothing new
-
-
-def test_an_unreadable_or_missing_cache_is_unknown_not_zero(tmp_path):
-    from kit.runtime.docker_source import CompileCacheMeter
-
-    assert CompileCacheMeter().read(tmp_path / "absent") is None
-
-
-def test_a_huge_cache_is_walked_only_up_to_its_bound(tmp_path):
-    from kit.runtime.docker_source import CompileCacheMeter
-
-    for index in range(50):
-        (tmp_path / f"f{index}").write_bytes(b"1")
-    meter = CompileCacheMeter(max_entries=10)
-    assert meter.read(tmp_path) == 0 and len(meter._sizes) <= 10
-
-
 def test_compilers_and_rank_cpu_are_read_off_a_real_process_tree(tmp_path):
     """A shell standing in for the container's PID 1, with a child named like a compiler (by its
     executable, which is what /proc/PID/comm shows) and a child titled like an SGLang scheduler."""

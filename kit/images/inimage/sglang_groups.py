@@ -355,6 +355,52 @@ def groups(prepared: dict):
     return None, control
 
 
+def tp_coordinator(prepared: dict):
+    """SGLang's TP GroupCoordinator, or None where SGLang's groups were not built (prepare said why)."""
+    if prepared.get("_server_args") is None:
+        return None
+    return _modules(prepared["recipe"])["ps"].get_tp_group()
+
+
+def capture_context(prepared: dict):
+    """SGLang's own graph_capture(): the module-level one where the release has it (0.5.23
+    distributed/parallel_state.py: the TP group's context, then PP's and every other group's, as
+    the decode runner enters it), else the TP group's GroupCoordinator.graph_capture(). Inside it
+    PyNccl is enabled (pynccl_comm.change_state(enable=True)) and the custom all-reduce records its
+    buffers, which it registers when the context exits."""
+    ps = _modules(prepared["recipe"])["ps"]
+    return ps.graph_capture() if hasattr(ps, "graph_capture") else ps.get_tp_group().graph_capture()
+
+
+ALL_REDUCE_PATHS = {
+    "ca": "custom all-reduce",
+    "pcie_ipc": "PCIe IPC all-reduce",
+    "qr": "quick all-reduce",
+    "pymscclpp": "MSCCL++",
+    "torch_symm_mem": "torch symmetric memory",
+    "pynccl": "PyNccl",
+}
+
+
+def all_reduce_path(tp, tensor) -> str:
+    """Which communicator GroupCoordinator.all_reduce picks for TENSOR now (0.5.23's own rule,
+    `_resolve_outplace_all_reduce_method`; None there means the in-place path: PyNccl where enabled,
+    else torch.distributed)."""
+    if tp.world_size == 1:
+        return "none (one rank: SGLang's all_reduce returns its input)"
+    method = None
+    resolve = getattr(tp, "_resolve_outplace_all_reduce_method", None)
+    if resolve is not None:
+        try:
+            method = resolve(tensor)
+        except Exception:  # naming the path must not fail the step
+            method = None
+    if method:
+        return ALL_REDUCE_PATHS.get(method, method)
+    pynccl = getattr(tp, "pynccl_comm", None)
+    return "PyNccl" if pynccl is not None and not getattr(pynccl, "disabled", True) else "torch.distributed"
+
+
 def tp_all_reduce(prepared: dict, tensor):
     """All-reduce TENSOR as the server would: SGLang's TP group dispatch (custom all-reduce, PyNccl or
     torch.distributed by its own rules), or torch.distributed's default group without SGLang."""

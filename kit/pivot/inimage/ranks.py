@@ -6,10 +6,12 @@ image verify` shares), so no image needs to carry either. It imports the standar
 and, through sglang_groups, the image's sglang. argv[1] names a request (JSON):
 
     {"world_size": 2, "device": "cpu" | "cuda", "backend": "gloo" | "nccl",
-     "steps": ["init", "allreduce", "p2p", "sweep"], "until": null | "allreduce",
+     "steps": ["init", "allreduce", "graph", "p2p", "sweep"], "until": null | "allreduce",
      "launch_argv": ["--model-path", "...", "--tp-size", "4", ...], "start_method": null | "spawn",
      "server_args": ["disable_custom_all_reduce", ...], "env_sources": {"NCCL_DEBUG": "kit", ...},
      "sweep": {"min_bytes": 8, "max_bytes": 134217728, "factor": 2, "iters": 20, "warmup": 5},
+     "graph": {"sizes": [{"name": "decode", "tokens": 512, "hidden": 3072}, ...], "pynccl_bytes": 16777216,
+               "replays": 20, "warmup": 2} | {"skip": "why"},
      "p2p_bytes": 1048576, "collective_timeout_s": 600, "run_timeout_s": 900}
 
 The launcher imports torch (launch), then does what SGLang's launcher does before it spawns its
@@ -31,6 +33,11 @@ Steps:
              initialize_model_parallel and what the release calls around them, its warm-up
              all_reduce included); plain torch.distributed where sglang could not be imported
   allreduce  the kit's all_reduce of known values through SGLang's TP group, checked element by element
+  graph      (CUDA) inside SGLang's graph_capture() (PyNccl enabled, as for the server's decode and
+             verify graphs), a bf16 all_reduce through the TP group captured in a CUDA graph at
+             each requested width, then replayed (checked once, timed); and one size through
+             PyNccl itself, enabled as capture enables it. Skipped with the reason on CPU, where
+             the request says so, or without SGLang's groups
   p2p        every rank writes into every other rank's memory through the OS's sharing, and each
              owner checks what arrived: a CUDA IPC handle and a GPU-to-GPU copy on GPUs (as vLLM's
              p2p check does), a shared-memory mapping on CPU
@@ -51,7 +58,7 @@ import traceback
 import sglang_groups
 
 MARK = "KIT_PREFLIGHT "
-STEPS = ("init", "allreduce", "p2p", "sweep")
+STEPS = ("init", "allreduce", "graph", "p2p", "sweep")
 LAUNCHER = -1
 """The rank of the launcher's own events (setup)."""
 
@@ -112,6 +119,114 @@ class Rank:
         return sglang_groups.checked_all_reduce(
             self.prepared, rank=self.rank, world=self.world, device=self.device, elements=4096
         )
+
+    def graph(self) -> dict:
+        plan = self.request.get("graph") or {}
+        why = graph_skip(self.device_kind, plan, self.prepared)
+        if why:
+            return {"skipped": why}
+        tp = sglang_groups.tp_coordinator(self.prepared)
+        expected = self.world * (self.world + 1) / 2  # exact in bf16 for any TP the kit runs
+        captured, paths = [], []
+        with sglang_groups.capture_context(self.prepared) as context:
+            for size in plan["sizes"]:
+                captured.append(self._capture(tp, context.stream, size, int(plan.get("warmup", 2))))
+                paths.append(sglang_groups.all_reduce_path(tp, captured[-1][2]))
+        # Replayed after the context exits, as the server replays: the custom all-reduce registers
+        # the buffers it saw during capture only then.
+        replays = int(plan.get("replays", 20))
+        sizes = [
+            self._replay(tp, size, graph, out, expected, replays, capture_s)
+            for size, (graph, _, _, out, capture_s) in zip(plan["sizes"], captured, strict=True)
+        ]
+        path = ", ".join(dict.fromkeys(paths))
+        pynccl = self._pynccl_size(tp, int(plan.get("pynccl_bytes", 1 << 24)), expected, replays)
+        return {"path": path, "sizes": sizes, "pynccl": pynccl, "sources": plan.get("sources") or {}}
+
+    def _capture(self, tp, stream, size: dict, warmup: int):
+        """Warm up and capture `work = source; all_reduce(work)` at SIZE: (graph, source, work, out,
+        seconds); the caller keeps the tensors alive while the graph is replayed (it reads them)."""
+        torch = self.torch
+        shape = (int(size["tokens"]), int(size["hidden"]))
+        source = torch.full(shape, float(self.rank + 1), dtype=torch.bfloat16, device=self.device)
+        work = torch.empty_like(source)
+
+        def forward():
+            work.copy_(source)  # in the graph: every replay starts from the same values
+            return tp.all_reduce(work)
+
+        for _ in range(warmup):  # as SGLang's runner: synchronize, barrier, run (twice) before capture
+            self.sync()
+            tp.barrier()
+            forward()
+        self.sync()
+        tp.barrier()
+        graph = torch.cuda.CUDAGraph()
+        started = time.perf_counter()
+        with torch.cuda.graph(graph, stream=stream):
+            out = forward()
+        self.sync()
+        return graph, source, work, out, time.perf_counter() - started
+
+    def _replay(self, tp, size: dict, graph, out, expected: float, replays: int, capture_s: float) -> dict:
+        tp.barrier()
+        graph.replay()
+        self.sync()
+        if not bool((out == expected).all().item()):
+            wrong = int((out != expected).sum().item())
+            raise Mismatch(f"{size['name']} graph: {wrong} of {out.numel()} bf16 values wrong after replay")
+        tp.barrier()
+        started = time.perf_counter()
+        for _ in range(replays):
+            graph.replay()
+        self.sync()
+        slowest = self._slowest((time.perf_counter() - started) / max(1, replays))
+        tokens, hidden = int(size["tokens"]), int(size["hidden"])
+        return {
+            "name": size["name"],
+            "tokens": tokens,
+            "hidden": hidden,
+            "bytes": tokens * hidden * 2,
+            "capture_s": round(capture_s, 4),
+            "replay_us": round(slowest * 1e6, 2),
+        }
+
+    def _pynccl_size(self, tp, nbytes: int, expected: float, iters: int) -> dict:
+        """One all_reduce size through SGLang's PyNccl communicator, enabled as capture enables it."""
+        torch = self.torch
+        pynccl = getattr(tp, "pynccl_comm", None)
+        if pynccl is None or not getattr(pynccl, "available", False):
+            return {"skipped": "SGLang built no PyNccl communicator (one rank, or NCCL did not load)"}
+        elements = max(1, nbytes // 2)
+        data = torch.full((elements,), float(self.rank + 1), dtype=torch.bfloat16, device=self.device)
+        with pynccl.change_state(enable=True):
+            pynccl.all_reduce(data)
+            self.sync()
+            if not bool((data == expected).all().item()):
+                raise Mismatch(f"PyNccl all_reduce of {elements * 2} B gave wrong values")
+            tp.barrier()
+            started = time.perf_counter()
+            for _ in range(iters):
+                data.fill_(float(self.rank + 1))
+                pynccl.all_reduce(data)
+            self.sync()
+            per = (time.perf_counter() - started) / max(1, iters)
+        slowest = self._slowest(per)
+        algbw = elements * 2 / slowest / 1e9 if slowest > 0 else 0.0
+        return {
+            "bytes": elements * 2,
+            "time_us": round(slowest * 1e6, 2),
+            "algbw_gbps": round(algbw, 6),
+            "busbw_gbps": round(algbw * 2 * (self.world - 1) / self.world, 6),
+        }
+
+    def _slowest(self, seconds: float) -> float:
+        """The slowest rank's figure (the kit's own bookkeeping group, never the path under test)."""
+        import torch.distributed as dist
+
+        value = self.torch.tensor([seconds], dtype=self.torch.float64)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self.control)
+        return float(value.item())
 
     def _shared_buffer(self, rows: int, elements: int):
         """A buffer other ranks can write into: (tensor, handle to send them, what keeps it alive)."""
@@ -242,6 +357,21 @@ class Rank:
                 emit(ev="progress", rank=0, step="sweep", **row)
             size *= factor
         return {"sizes": len(rows), "peak_busbw_gbps": max((r["busbw_gbps"] for r in rows), default=0.0)}
+
+
+def graph_skip(device_kind: str, plan: dict | None, prepared: dict) -> str | None:
+    """Why the graph step cannot run here, or None: no CUDA graphs on CPU, the kit's plan said so
+    (the launch turns graphs off), or SGLang's groups were not built (no graph_capture() to enter)."""
+    plan = plan or {}
+    if device_kind != "cuda":
+        return plan.get("skip") or "CPU: no CUDA graphs (torch.cuda.CUDAGraph needs a GPU)"
+    if plan.get("skip"):
+        return str(plan["skip"])
+    if not plan.get("sizes"):
+        return "the request names no widths to capture"
+    if prepared.get("_server_args") is None:
+        return "SGLang's groups were not built (see setup): no graph_capture() to enter"
+    return None
 
 
 def plan_steps(request: dict) -> list[str]:
