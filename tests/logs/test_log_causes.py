@@ -160,7 +160,9 @@ def test_the_cause_a_real_log_shows_ranks_first_on_its_evidence(log):
     expected = json.loads((_REAL_LOGS / f"{log}.json").read_text())["expected"]
     text = (_REAL_LOGS / f"{log}.log").read_text(errors="replace")
     phase = Phase(expected["phase"]) if expected["phase"] else None
-    assert match_causes(expected["outcome"], phase, text)[0].cause.id == expected["cause"]
+    first = match_causes(expected["outcome"], phase, text)[0]
+    assert first.cause.id == expected["cause"]
+    assert first.evidence and all(e in text for e in first.evidence)  # on the log's words, not book order
 
 
 # -- the activity a live verdict was reached on is evidence ---------------------------------------
