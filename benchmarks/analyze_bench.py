@@ -25,11 +25,11 @@ real:     real corpus logs repeated as the launches of a restarting server (test
           in init, attempt K of K). No goal: the figure is what a change is held to (docs/logs.md).
 
 For the generated logs it prints lines per second for parse_text and analyze_text (best of R
-runs) against the 500k lines/s goal, and checks the restart log is judged "attempt K of K", HUNG in init. Both wall-clock
-and CPU time (time.process_time) are printed with the load average: on a shared machine the wall
-clock measures the neighbours, so the goal is judged on CPU time (the same as wall time when the
-machine is idle; the code is single-threaded). The exit code is 0 either way: this measures, it
-does not gate.
+runs) against the 500k lines/s goal, and checks the restart log is judged "attempt K of K", HUNG
+in init. Both wall-clock and CPU time (time.process_time) are printed with the load average: on a
+shared machine the wall clock measures the neighbours, so the goal is judged on CPU time (the same
+as wall time when the machine is idle; the code is single-threaded). The exit code is 0 either
+way: this measures, it does not gate.
 """
 
 from __future__ import annotations
