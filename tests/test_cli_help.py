@@ -205,7 +205,7 @@ def test_top_level_help_imports_no_command_module():
     import sys
 
     code = "import sys; from kit.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-    heavy = ("kit.cli.", "kit.logs", "pydantic", "docker")
+    heavy = ("kit.cli.", "kit.logs", "kit.output", "rich", "pydantic", "docker")
     code += f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] in ("['kit.cli.exits']", "[]"), done.stdout[-500:]

@@ -13,7 +13,6 @@ import click
 
 from kit.cli.exits import epilog
 from kit.errors import EXITS, ExitCode, KitError
-from kit.output import err_console
 
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
 _COMMAND_MODULES = (
@@ -100,6 +99,8 @@ except ImportError:  # click < 8.2
 
 
 def _fail(message: str, code: int) -> None:
+    from kit.output import err_console  # rich: only when there is an error to print
+
     err_console().print(f"kit: error: {message}", markup=False, highlight=False)
     sys.exit(code)
 
