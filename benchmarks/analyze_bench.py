@@ -12,28 +12,30 @@ restarts: K launches of the same server in one log (journald of a unit with Rest
           was quadratic here (420k lines: 28 s).
 
 real:     real corpus logs repeated as the launches of a restarting server (tests/fixtures: every
-          line as SGLang printed it, each repeat's wall-clock stamps an hour after the last
-          repeat's, as a restarted server prints them): three GPU start-ups that end ready (tp4 L4 0.4.3, tp1
-          0.4.2, EAGLE 0.4.4), the kit's own CPU rehearsal start-up (0.5.23, tp2), a multi-node
-          main node stuck in init, and a tp2 capture OOM crash (under the rehearsal's launch
-          line, as the crash excerpt has none); the last launch is the tp16 node that hangs in
-          init (log 19). The log is written to a file and `analyze_path` (what `kit analyze FILE`
-          calls) runs in a fresh Python process, timed end to end: interpreter start, import,
-          read, decode, analysis. `kit analyze FILE --json` is timed the same way (it adds the
-          CLI's imports and the JSON). The judgement must be the last log's own (hung in init,
-          attempt K of K).
+          line as SGLang printed it; each repeat relaunched as a restarted server prints it: stamps
+          rising across launches, intervals a little longer or shorter, new PIDs and rendezvous
+          ports, memory figures, rates and durations a little different): three GPU start-ups
+          that end ready (tp4 L4 0.4.3, tp1 0.4.2, EAGLE 0.4.4), the kit's own CPU rehearsal
+          start-up (0.5.23, tp2), a multi-node main node stuck in init, and a tp2 capture OOM crash
+          (under the rehearsal's launch line, as the crash excerpt has none); the last launch is the
+          tp16 node that hangs in init (log 19). The log is written to a file and `analyze_path`
+          (what `kit analyze FILE` calls) runs in a fresh Python process, timed end to end:
+          interpreter start, import, read, decode, analysis; once more with the parser's memo off,
+          and `kit analyze FILE --json` the same way. The judgement must be the last log's own (hung
+          in init, attempt K of K). No goal: the figure is what a change is held to (docs/logs.md).
 
-It prints lines per second for parse_text and analyze_text (best of R runs) against the 500k
-lines/s goal, and checks the restart log is judged "attempt K of K", HUNG in init. Both wall-clock
-and CPU time (time.process_time) are printed with the load average: on a shared machine the wall
-clock measures the neighbours, so the goal is judged on CPU time (the same as wall time when the
-machine is idle; the code is single-threaded). The exit code is 0 either way: this measures, it
-does not gate.
+For the generated logs it prints lines per second for parse_text and analyze_text (best of R
+runs) against the 500k lines/s goal, and checks the restart log is judged "attempt K of K", HUNG
+in init. Both wall-clock and CPU time (time.process_time) are printed with the load average: on a
+shared machine the wall clock measures the neighbours, so the goal is judged on CPU time (the same
+as wall time when the machine is idle; the code is single-threaded). The exit code is 0 either
+way: this measures, it does not gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -259,23 +261,87 @@ def _fixture(name: str) -> str:
 
 
 _WALL_STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+_SHORT_STAMP = re.compile(
+    r"(?<![\d-])(\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})\b"
+)  # vLLM-style "INFO 03-07 12:29:08"
+# What a restarted server prints differently each time, beside its stamps; group `v` is the value.
+_PIDS = [
+    re.compile(r"[\w.-]+:(?P<v>\d{3,8}):\d{3,8} \[\d+\] NCCL"),  # NCCL's host:pid:tid
+    re.compile(r"[\w.-]+:\d{3,8}:(?P<v>\d{3,8}) \[\d+\] NCCL"),
+    re.compile(r"server process \[(?P<v>\d+)\]"),
+    re.compile(r"\bpid[=: ](?P<v>\d+)"),
+]
+_PORTS = [
+    re.compile(r"\b(?:nccl_port|dist_init_port|port_base)=(?P<v>\d+)"),
+    re.compile(r"tcp://[\w.-]+:(?P<v>\d{4,5})"),
+]
+_MEMORY = [
+    re.compile(r"\b(?P<v>\d+\.\d+) ?GB\b"),
+    re.compile(r"#tokens: (?P<v>\d+)"),
+    re.compile(r"max_total_num_tokens=(?P<v>\d+)"),
+]
+_RATES = [
+    re.compile(r"\b(?P<v>\d+\.\d+)(?:it/s|s/it|\s*tok(?:en)?/s)"),
+    re.compile(r"\(token/s\): (?P<v>\d+\.\d+)"),
+]
+_DURATIONS = [re.compile(r"elapsed[=:] ?(?P<v>\d+\.\d+)"), re.compile(r"\[(?P<v>\d\d:\d\d)<")]
 
 
-def _restamped(text: str, shift_s: int) -> str:
-    """TEXT with every wall-clock stamp moved SHIFT_S seconds later: a server that starts again
-    prints the same lines at new times, so no two launches of a real restart log are the same bytes
-    (a reader that skipped byte-identical launches would measure nothing real here)."""
-    if not shift_s:
-        return text
-    step = timedelta(seconds=shift_s)
-    return _WALL_STAMP.sub(
-        lambda m: (datetime.fromisoformat(m[0]) + step).strftime("%Y-%m-%d %H:%M:%S"), text
-    )
+def _each(patterns: list[re.Pattern], text: str, new) -> str:
+    """TEXT with group `v` of every match of PATTERNS replaced by new(value)."""
+    for pattern in patterns:
+        text = pattern.sub(
+            lambda m: m[0][: m.start("v") - m.start()] + new(m["v"]) + m[0][m.end("v") - m.start() :], text
+        )
+    return text
 
 
-def real_restarts(lines: int) -> tuple[str, int]:
-    """Real launches repeated until the log has about `lines` lines, each repeat restamped an hour
-    after the one before; (text, launches)."""
+def _vary_number(text: str, rng: random.Random, spread: float) -> str:
+    """TEXT, a number as printed, moved by up to SPREAD of itself, printed with the same decimals."""
+    if ":" in text:  # tqdm's mm:ss
+        return f"{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    value = float(text) * (1 + rng.uniform(-spread, spread))
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return f"{max(value, 0):.{decimals}f}"
+
+
+def relaunched(text: str, start: datetime, rng: random.Random) -> tuple[str, datetime]:
+    """TEXT as one more launch of a restarted server that starts at START: its stamps moved to
+    START on and its intervals stretched or shrunk a little (a launch never takes the same time
+    twice), its PIDs and rendezvous ports new, its memory figures, rates and durations a little
+    different. Returns (text, the launch's last stamp): stamps rise across launches, never back."""
+    stamps = [datetime.fromisoformat(m[0]) for m in _WALL_STAMP.finditer(text)]
+    first = min(stamps, default=start)
+    stretch = rng.uniform(0.8, 1.3)
+    last = start
+
+    def moved(when: datetime) -> datetime:
+        nonlocal last
+        to = start + timedelta(seconds=max(0, round((when - first).total_seconds() * stretch)))
+        last = max(last, to)
+        return to
+
+    def short(m: re.Match) -> str:  # no year: the launch's own
+        with contextlib.suppress(ValueError):
+            return moved(datetime.fromisoformat(f"{first.year}-{m[1]} {m[2]}")).strftime("%m-%d %H:%M:%S")
+        return m[0]
+
+    text = _WALL_STAMP.sub(lambda m: moved(datetime.fromisoformat(m[0])).strftime("%Y-%m-%d %H:%M:%S"), text)
+    text = _SHORT_STAMP.sub(short, text)
+    pids: dict[str, str] = {}
+    text = _each(_PIDS, text, lambda v: pids.setdefault(v, str(rng.randint(1_000, 4_000_000))))
+    ports: dict[str, str] = {}
+    text = _each(_PORTS, text, lambda v: ports.setdefault(v, str(rng.randint(20_000, 60_000))))
+    text = _each(_MEMORY, text, lambda v: _vary_number(v, rng, 0.03))
+    text = _each(_RATES, text, lambda v: _vary_number(v, rng, 0.25))
+    text = _each(_DURATIONS, text, lambda v: _vary_number(v, rng, 0.3))
+    return text, last
+
+
+def real_restarts(lines: int, seed: int = 13) -> tuple[str, int]:
+    """Real launches repeated until the log has about `lines` lines, each a new launch of the same
+    server (`relaunched`): 20-120 s after the previous one ended; (text, launches)."""
+    rng = random.Random(seed)
     launch_line = next(
         line for line in _fixture("kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log").splitlines()
         if "server_args=" in line
@@ -284,20 +350,36 @@ def real_restarts(lines: int) -> tuple[str, int]:
     for name in REAL_LAUNCHES:
         text = _fixture(name)
         pieces.append(text if "server_args=" in text else f"{launch_line}\n{text}")
-    last = _fixture(REAL_LAST)
+    last_piece = _fixture(REAL_LAST)
     out: list[str] = []
     count = 0
-    while count < lines - last.count("\n"):
-        piece = _restamped(pieces[len(out) % len(pieces)], 3600 * (len(out) // len(pieces)))
+    clock = datetime(2026, 1, 5, 8, 0, 0)
+    while count < lines - last_piece.count("\n"):
+        piece, ended = relaunched(pieces[len(out) % len(pieces)], clock, rng)
         out.append(piece)
         count += piece.count("\n")
-    out.append(last)
+        clock = ended + timedelta(seconds=rng.randint(20, 120))
+    out.append(relaunched(last_piece, clock, rng)[0])
     return "".join(out), len(out)
 
 
 _CHILD = """
 import sys
 from kit.logs import analyze_path
+if sys.argv[2:] == ["no-memo"]:  # the parser's per-text memo off: every line classified afresh
+    import kit.logs.parser as parser
+
+    class _Forgetful(dict):
+        def __setitem__(self, key, value):
+            pass
+
+    init = parser.LogParser.__init__
+
+    def forgetful_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._memo = _Forgetful()
+
+    parser.LogParser.__init__ = forgetful_init
 report = analyze_path(sys.argv[1])
 print(report.outcome, report.phase and report.phase.value, report.attempt.number, report.attempt.count)
 """
@@ -315,12 +397,14 @@ def _fresh(command: list[str]) -> tuple[float, float, str]:
 
 
 def bench_real(lines: int, repeat: int) -> str:
-    """The real-text restart log in fresh processes; returns PASS, BELOW GOAL or WRONG VERDICT."""
+    """The real-text restart log in fresh processes, with and without the parser's memo; returns
+    PASS or WRONG VERDICT. No goal here: the figure is kept so a change can be held to it."""
     start = time.perf_counter()
     text, launches = real_restarts(lines)
     count = text.count("\n")
     print(f"real restarts: {launches:,} launches, {count:,} lines, {len(text.encode()) / 1e6:.1f} MB "
-          f"(made in {time.perf_counter() - start:.1f} s)")  # fmt: skip
+          f"(made in {time.perf_counter() - start:.1f} s); load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
     kit = Path(sys.executable).with_name("kit")
     verdict = "PASS"
     with tempfile.TemporaryDirectory() as folder:
@@ -328,36 +412,34 @@ def bench_real(lines: int, repeat: int) -> str:
         path.write_text(text, encoding="utf-8")
         runs = {
             "analyze_path (fresh process)": [sys.executable, "-c", _CHILD, str(path)],
+            "analyze_path, memo off": [sys.executable, "-c", _CHILD, str(path), "no-memo"],
             "kit analyze --json": [str(kit), "analyze", str(path), "--json"],
         }
-        for name, command in runs.items():
-            if not Path(command[0]).exists():
-                print(f"  {name}: {command[0]} not found, skipped")
+        cpus_of: dict[str, list[float]] = {name: [] for name in runs}
+        outs: dict[str, str] = {}
+        for _ in range(repeat):  # interleaved, so each sees the same neighbours
+            for name, command in runs.items():
+                if not Path(command[0]).exists():
+                    continue
+                _, cpu, outs[name] = _fresh(command)
+                cpus_of[name].append(cpu)
+        for name, cpus in cpus_of.items():
+            if not cpus:
+                print(f"  {name}: {runs[name][0]} not found, skipped")
                 continue
-            walls, cpus, out = [], [], ""
-            for _ in range(repeat):
-                wall, cpu, out = _fresh(command)
-                walls.append(wall)
-                cpus.append(cpu)
             if name.startswith("kit"):
-                report = json.loads(out)
+                report = json.loads(outs[name])
                 attempt = report["attempt"]
                 judged = f"{report['outcome']} {report['phase']} {attempt['number']} {attempt['count']}"
             else:
-                judged = out.strip()
+                judged = outs[name].strip()
             expected = f"hung init {launches} {launches}"
             if judged != expected:
                 verdict = "WRONG VERDICT"
-            rates = sorted(count / cpu for cpu in cpus)
-            best = rates[-1]
-            ratio = best / GOAL_LINES_PER_S
-            if ratio < 1 and verdict == "PASS":
-                verdict = "BELOW GOAL"
             print(
-                f"  {name:<30} best {best:>10,.0f} lines/s CPU = {ratio:.2f} x the {GOAL_LINES_PER_S:,}: "
-                f"{'PASS' if ratio >= 1 else 'BELOW GOAL'}; "
-                f"CPU s per run {', '.join(f'{c:.2f}' for c in cpus)} "
-                f"(median {statistics.median(cpus):.2f}); wall best {count / min(walls):,.0f} lines/s; "
+                f"  {name:<30} best {count / min(cpus):>10,.0f} lines/s CPU, median "
+                f"{count / statistics.median(cpus):>10,.0f}; "
+                f"CPU s per run {', '.join(f'{c:.2f}' for c in cpus)}; "
                 f"judged {judged!r}{'' if judged == expected else f' (expected {expected!r})'}"
             )
     return verdict

@@ -29,6 +29,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 pytest_plugins = ["pytester"]
 
+
+def require_image(image_ref: str, image: str) -> None:
+    """Go on only where `image_ref` is built: skip here, fail in CI (which builds the images it tests).
+
+    The one guard for "the image is not built here"; the `built_image` fixture hands it out."""
+    from kit.runtime.engine import image_exists
+
+    if image_exists(image_ref):
+        return
+    why = f"image {image_ref} not built (run 'kit image build {image}')"
+    if IN_CI:
+        pytest.fail(f"{why}: CI builds it before the tests, so its set-up broke", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def check_venv_python():
+    """A callable: the Python of the `kit check` venv for an SGLang release (CPU torch), built on first
+    use by this fixture, so no test depends on another having run `kit check` before it."""
+    from kit.check import ensure_venv
+
+    def python(version: str) -> str:
+        venv, _ = ensure_venv(version)
+        return str(venv / "bin" / "python")
+
+    return python
+
+
+@pytest.fixture(scope="session")
+def built_image():
+    """`built_image(image_ref, image)`: skips here, or fails in CI, when the image is not built."""
+    return require_image
+
+
 TEST_LABEL = "io.kit.test"
 
 

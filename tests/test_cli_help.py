@@ -187,3 +187,25 @@ def test_docs_list_each_command_as_its_help_does():
     for name, listed in rows.items():
         shown = [f"{code} {word}" for code, word, _ in _rows(_help(COMMANDS[name][0]))]
         assert listed.strip() == ", ".join(shown), name
+
+
+def test_the_help_table_is_every_command_with_its_own_first_paragraph():
+    """`kit --help` prints kit/cli/commands.toml without importing the commands: it must say what they say."""
+    from kit.cli import _listed
+
+    own = {
+        name: " ".join((command.short_help or (command.help or "").partition("\n\n")[0]).split())
+        for name, command in cli.commands.items()
+    }
+    assert _listed() == own
+
+
+def test_top_level_help_imports_no_command_module():
+    import subprocess
+    import sys
+
+    code = "import sys; from kit.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    heavy = ("kit.cli.", "kit.logs", "kit.output", "rich", "pydantic", "docker")
+    code += f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] in ("['kit.cli.exits']", "[]"), done.stdout[-500:]

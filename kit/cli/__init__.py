@@ -13,7 +13,6 @@ import click
 
 from kit.cli.exits import epilog
 from kit.errors import EXITS, ExitCode, KitError
-from kit.output import err_console
 
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
 _COMMAND_MODULES = (
@@ -32,7 +31,44 @@ _COMMAND_MODULES = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _listed() -> dict[str, str]:
+    """The command table `kit --help` prints (kit/cli/commands.toml): name -> its help's first paragraph."""
+    import tomllib
+    from pathlib import Path
+
+    return tomllib.loads((Path(__file__).with_name("commands.toml")).read_text(encoding="utf-8"))["commands"]
+
+
+class _LazyGroup(click.Group):
+    """The top-level group: a command's module is imported when the command is named, so `kit --help`
+    (and `kit --version`) import no command module, only the table of names and first lines."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(_listed()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            _register()
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        listed = _listed()
+        if not listed:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in listed)
+        rows = [(name, _short(text, limit)) for name, text in sorted(listed.items())]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _short(text: str, limit: int) -> str:
+    """click's own short help of TEXT (what `get_short_help_str` prints for a command with that help)."""
+    return click.Command("-", help=text).get_short_help_str(limit)
+
+
+@click.group(
+    cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="sglang-kit", prog_name="kit")
 def cli() -> None:
     """Reproducible SGLang serving: pinned images, checked profiles, live start-up phases, hang verdicts."""
@@ -63,12 +99,13 @@ except ImportError:  # click < 8.2
 
 
 def _fail(message: str, code: int) -> None:
+    from kit.output import err_console  # rich: only when there is an error to print
+
     err_console().print(f"kit: error: {message}", markup=False, highlight=False)
     sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register()
     try:
         rv = cli.main(args=argv, prog_name="kit", standalone_mode=False)
     except KitError as exc:

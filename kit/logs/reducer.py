@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from kit.logs.events import (
     MILESTONE_ORDER,
@@ -29,8 +29,33 @@ from kit.logs.events import (
 from kit.logs.launch import LaunchArgs
 from kit.logs.verdicts import PhaseSpan, RankState
 
-if TYPE_CHECKING:
-    from kit.logs.tracker import Tracker
+
+class FrozenTracker(Protocol):
+    """What the reducer reads of the tracker it opens (kit/logs/tracker.py `Tracker`), declared here
+    so that the tracker imports the reducer and not the other way round."""
+
+    seq: int
+    last_activity_at: float
+    last_alive_at: float
+    ranks: Mapping[str | None, RankState]
+    open_spans: Mapping[str, tuple[int, PhaseSpan]]
+    limits: Any
+    phase: Any
+    progress_seq: int
+    ready_seq: int | None
+    http_up: bool
+    all_ranks_print: bool
+    recent_errors: tuple[Event, ...]
+    span_count: int
+    _closed: Log
+    _closed_n: int
+    _marks: Log
+    _marks_n: int
+
+    def _evolve(self, **fields: Any) -> Any: ...
+
+
+Tracker = TypeVar("Tracker", bound=FrozenTracker)
 
 RECENT_ERRORS = 4
 NOTE_KINDS = 16  # bounded: a log of any length keeps at most this many note lines
@@ -52,7 +77,7 @@ def append(log: Log, size: int, item: Any) -> Log:
     return log
 
 
-class Reducer:
+class Reducer(Generic[Tracker]):
     """A tracker opened for a batch of events: mutated in place, then frozen into a new Tracker.
 
     Ranks touched in the batch are mutable records [rank, milestone, effective, phase,

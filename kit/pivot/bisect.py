@@ -332,8 +332,16 @@ def plan_ladder(
     target: str, *, image: str | None = None, overrides: tuple[str, ...] = (), nvlink: bool | None = None
 ) -> tuple[tuple[Rung, ...], tuple[PlannedChange, ...], bool | None]:
     """What a bisect of TARGET would do on each rung if that rung failed, without running anything:
-    (rungs, every change per rung, the NVLink fact used). NVLINK None: read from this host's NVML."""
+    (rungs, every change per rung, the NVLink fact used). NVLINK None: read from this host's NVML.
+    A plan runs nothing, so it needs no engine: with none answering, an older image counts as unbuilt."""
+    from kit.errors import EnvironmentProblem
     from kit.runtime.engine import image_exists
+
+    def image_built(tag: str) -> bool:
+        try:
+            return image_exists(tag)
+        except EnvironmentProblem:
+            return False
 
     rungs = plan_rungs(target, image, overrides)
     if nvlink is None:
@@ -345,7 +353,7 @@ def plan_ladder(
         for change in load_changes():
             if rung.name not in change.rungs:
                 continue
-            applied = apply_change(rung, change, image_built=image_exists, nvlink=nvlink)
+            applied = apply_change(rung, change, image_built=image_built, nvlink=nvlink)
             if isinstance(applied, Skip):
                 rows.append(PlannedChange(rung.name, change.title, "skipped", applied.detail))
             elif isinstance(applied, str):

@@ -10,7 +10,7 @@ Restart semantics are systemd.service(5)'s table: `on-failure` restarts after an
 an unclean signal, a timeout or the watchdog; `on-abnormal` after a signal, a timeout or the
 watchdog; `on-abort` after an unclean signal; `always` always; `on-success` only after a clean exit.
 Clean signals are SIGHUP, SIGINT, SIGTERM and SIGPIPE. SGLang ends a failed start by SIGKILLing
-itself (sglang-facts.md §4), which every policy but `no` and `on-success` restarts.
+itself (docs/sources.md#sglang-stops-itself), which every policy but `no` and `on-success` restarts.
 
 The watcher speaks Docker's vocabulary (kit/runtime/source.py SourceState.restart_policy), so a
 unit's policy is translated: while it runs, a policy that restarts after a crash reads

@@ -32,10 +32,9 @@ TEST_LABEL = "io.kit.test"
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 def kit(*args: str, env: dict | None = None, timeout: float = 400) -> tuple[int, dict, str]:

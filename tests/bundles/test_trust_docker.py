@@ -21,7 +21,7 @@ from bundle_helpers import crafted_bundle
 
 from kit.diagnose.bundle import read_bundle
 from kit.launch import resolve
-from kit.runtime.engine import client, image_exists
+from kit.runtime.engine import client
 
 pytestmark = [pytest.mark.docker]
 KIT = [sys.executable, "-m", "kit"]
@@ -31,10 +31,9 @@ TOKEN = "ghp_" + uuid.uuid4().hex + uuid.uuid4().hex[:4]
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 @pytest.fixture

@@ -30,13 +30,8 @@ def engine():
 
 
 @pytest.fixture(scope="module")
-def cpu_image(engine):
-    from docker.errors import ImageNotFound
-
-    try:
-        engine.images.get(TAG)
-    except ImageNotFound:
-        pytest.skip(f"{TAG} not built (kit image build {CPU_IMAGE})")
+def cpu_image(engine, built_image):
+    built_image(TAG, CPU_IMAGE)
     return TAG
 
 
@@ -140,9 +135,11 @@ def test_verify_names_drift_and_exits_1(cpu_image, project, capsys):
 
 
 def test_verify_of_an_unbuilt_image_is_exit_3(engine, capsys):
-    assert run_kit(["image", "verify", "sglang-0.5.23-cu130-sm120"]) == 3 or pytest.skip(
-        "GPU image built here"
-    )
+    from kit.runtime.engine import image_exists
+
+    if image_exists("kit/sglang:sglang-0.5.23-cu130-sm120"):
+        pytest.skip("the GPU image is built here: no unbuilt image to verify")
+    assert run_kit(["image", "verify", "sglang-0.5.23-cu130-sm120"]) == 3
     err = capsys.readouterr().err.strip()
     assert err == (
         "kit: error: image kit/sglang:sglang-0.5.23-cu130-sm120 not built "

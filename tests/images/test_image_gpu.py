@@ -35,7 +35,7 @@ def gpu_count() -> int:
 
 
 @pytest.fixture(scope="module")
-def gpu_image(gpu_count) -> str:
+def gpu_image(gpu_count, built_image) -> str:
     from kit.errors import EnvironmentProblem
     from kit.images.inspect import image_info
     from kit.images.manifest import load_manifest
@@ -46,7 +46,7 @@ def gpu_image(gpu_count) -> str:
     except EnvironmentProblem as exc:
         pytest.skip(exc.one_line())
     if built is None:
-        pytest.skip(f"{manifest.tag} not built (kit image build {GPU_IMAGE})")
+        built_image(manifest.tag, GPU_IMAGE)
     return GPU_IMAGE
 
 

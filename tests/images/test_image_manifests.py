@@ -39,21 +39,40 @@ def test_gpu_manifests_pin_everything_for_sm120(name: str):
         assert re.fullmatch(r"\d+(\.\d+)+(\.?post\d+)?", value), value
 
 
-@pytest.mark.parametrize("name", GPU)
-def test_every_gpu_pin_says_where_it_came_from(name: str):
-    """Each pin, or group of related pins (torch + torch_index), sits under the comment naming its source."""
+# Pins read together from one source share its comment; every other pin has its own.
+_PIN_GROUPS = ({"torch", "torch_index"}, {"nccl_package", "nccl"})
+# What a comment names when it says where a pin came from.
+_SOURCE = re.compile(r"METADATA|PyPI|Dockerfile|https?://|\w/[\w.-]+#\d+|torch\.version|\.whl|docs/")
+
+
+def _pin_comments(name: str) -> dict[str, str]:
+    """Each pin of the manifest's [pins] table -> the comment block that covers it ('' if none)."""
     lines = (IMAGES / f"{name}.toml").read_text(encoding="utf-8").splitlines()
-    start = lines.index("[pins]")
-    previous = ""
-    for line in lines[start + 1 :]:
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    previous_pin = None
+    for line in lines[lines.index("[pins]") + 1 :]:
         if line.startswith("["):
             break
-        if re.match(r"^\w+\s*=", line):
-            assert previous.startswith("#") or previous.startswith(tuple("abcdefghijklmnopqrstuvwxyz")), (
-                f"{name}: pin line {line!r} has no comment above it"
-            )
-        if line.strip():
-            previous = line.strip()
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append(stripped)
+            previous_pin = None
+        elif pin := re.match(r"^(\w+)\s*=", line):
+            key = pin.group(1)
+            same_group = previous_pin and any({key, previous_pin} <= group for group in _PIN_GROUPS)
+            comments[key] = comments[previous_pin] if same_group else " ".join(block)
+            block, previous_pin = [], key
+    return comments
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_every_gpu_pin_says_where_it_came_from(name: str):
+    """Each pin, or group of related pins (torch + torch_index), sits under a comment naming its source."""
+    comments = _pin_comments(name)
+    assert set(comments) >= {"torch", "sglang", "sglang_kernel", "flashinfer", "nccl", "cuda"}
+    for pin, comment in comments.items():
+        assert _SOURCE.search(comment), f"{name}: pin {pin!r} has no comment naming its source ({comment!r})"
 
 
 @pytest.mark.parametrize("name", ALL)

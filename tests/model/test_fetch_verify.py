@@ -163,12 +163,10 @@ def test_require_model_passes_a_model_inside_the_image():
 
 
 @pytest.mark.docker
-def test_the_plugin_skips_a_target_whose_model_is_missing_without_starting_it(env, pytester):
+def test_the_plugin_skips_a_target_whose_model_is_missing_without_starting_it(built_image, env, pytester):
     from kit.launch import resolve as resolve_target
-    from kit.runtime.engine import image_exists
 
-    if not image_exists(resolve_target("fake").image_ref):
-        pytest.skip("the rehearsal image is not built (the plugin checks the image first)")
+    built_image(resolve_target("fake").image_ref, resolve_target("fake").image)
     pytester.makepyfile(
         """
         def test_uses_the_server(kit_server):

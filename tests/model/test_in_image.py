@@ -7,15 +7,13 @@ import pytest
 from catalog_helpers import run_cli
 
 from kit.launch import resolve
-from kit.runtime.engine import image_exists
 
 pytestmark = pytest.mark.docker
 
 
-def test_the_tiny_targets_generated_model_passes_verify_inside_its_image():
+def test_the_tiny_targets_generated_model_passes_verify_inside_its_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     code, out, err = run_cli(["model", "verify", "tiny"])
     assert code == 0, out + err
     assert f"where: {spec.image_ref}:/opt/kit/models/tiny" in out

@@ -9,26 +9,22 @@ import pytest
 
 
 @pytest.fixture
-def rehearsal_image():
+def rehearsal_image(built_image):
     from kit.launch import resolve
-    from kit.runtime.engine import image_exists
 
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     return spec.image
 
 
 @pytest.fixture(scope="session")
-def faults_image(tmp_path_factory):
+def faults_image(built_image, tmp_path_factory):
     """The rehearsal image with this checkout's kit_faults.py (hang-p2p); a derived one is removed after."""
     from faults_image import faults_image as make
 
     from kit.launch import resolve
-    from kit.runtime.engine import image_exists
 
-    if not image_exists(resolve("tiny").image_ref):
-        pytest.skip("the rehearsal image is not built (run 'kit image build sglang-0.5.23-cpu')")
+    built_image(resolve("tiny").image_ref, resolve("tiny").image)
     image = make(tmp_path_factory.mktemp("faults-image"))
     yield image
     image.remove()

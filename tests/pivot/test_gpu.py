@@ -56,13 +56,11 @@ def test_doctor_reads_the_gpus_and_its_json_validates(gpu_count):
 
 
 def test_preflight_runs_sglangs_groups_on_every_gpu_and_names_transports_under_the_qwen_profile(
-    gpu_count, new_containers
+    built_image, gpu_count, new_containers
 ):
     spec = resolve("qwen-base")
-    from kit.runtime.engine import image_exists
 
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (kit image build {spec.image})")
+    built_image(spec.image_ref, spec.image)
     ranks = min(gpu_count, spec.gpus)
     if ranks < 2:
         pytest.skip("one GPU: nothing to peer with")

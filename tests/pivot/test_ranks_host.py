@@ -1,8 +1,9 @@
 """The in-image rank script, run on this machine with a CPU torch: the same code the container runs.
 
-It needs a Python with torch; the kit's own venv has none, so these tests use the `kit check` venv
-for SGLang 0.5.23 (CPU torch) where it exists, or $KIT_TORCH_PYTHON, and skip otherwise (the docker
-tests run the script inside the rehearsal image in any case). The script runs from a folder holding
+It needs a Python with torch; the kit's own venv has none, so these tests use $KIT_TORCH_PYTHON, or
+the `kit check` venv for the rehearsal's SGLang (CPU torch), which the session fixture builds where it
+is missing: they run, whatever ran before them (the docker tests run the script inside the rehearsal
+image as well). The script runs from a folder holding
 it and sglang_groups.py, as in the container. That venv holds the sglang wheel without the packages
 its distributed code imports, so its setup says why SGLang's set-up could not run and the groups are
 plain torch.distributed: the path an image without a usable sglang takes.
@@ -21,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from kit.check import venv_dir
 from kit.pivot.graph_step import CPU_SKIP
 from kit.pivot.preflight import RANKS_SCRIPT
 from kit.pivot.preflight_container import SGLANG_GROUPS
@@ -31,15 +31,16 @@ ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "kit" / "rehearsal"
 
 
-def torch_python() -> str:
-    candidates = [os.environ.get("KIT_TORCH_PYTHON", ""), str(venv_dir("0.5.23") / "bin" / "python")]
-    for python in filter(None, candidates):
-        if (
-            Path(python).exists()
-            and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
-        ):
-            return python
-    pytest.skip("no Python with torch here (set KIT_TORCH_PYTHON, or run 'kit check tiny' once)")
+@pytest.fixture(scope="module")
+def torch_python(check_venv_python) -> str:
+    from kit.launch import resolve_full
+
+    python = os.environ.get("KIT_TORCH_PYTHON") or check_venv_python(
+        resolve_full("tiny").manifest.pins.sglang
+    )
+    done = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    assert done.returncode == 0, f"{python} has no torch: {done.stderr[-500:]}"
+    return python
 
 
 def request(tmp_path: Path, **extra) -> Path:
@@ -112,8 +113,8 @@ def test_the_in_image_files_import_only_the_standard_library_torch_and_each_othe
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_pass_every_step_with_checked_values_pairs_and_a_sweep(tmp_path):
-    python = torch_python()
+def test_two_gloo_ranks_pass_every_step_with_checked_values_pairs_and_a_sweep(tmp_path, torch_python):
+    python = torch_python
     shared_before = set(Path("/dev/shm").glob("kit-preflight-*"))
     req = request(tmp_path)
     done = subprocess.run(
@@ -148,8 +149,8 @@ def test_two_gloo_ranks_pass_every_step_with_checked_values_pairs_and_a_sweep(tm
 
 
 @pytest.mark.slow
-def test_the_p2p_fault_hangs_the_first_all_reduce_unless_nccl_p2p_is_disabled(tmp_path):
-    python = torch_python()
+def test_the_p2p_fault_hangs_the_first_all_reduce_unless_nccl_p2p_is_disabled(tmp_path, torch_python):
+    python = torch_python
     req = request(tmp_path, until="allreduce")
     output = tmp_path / "out.txt"
     cured = start(python, req, {"KIT_FAULT": "hang-p2p", "NCCL_P2P_DISABLE": "1"}, output)

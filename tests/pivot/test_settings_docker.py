@@ -35,12 +35,10 @@ print("RELEASE " + json.dumps({k: v for k, v in os.environ.items() if before.get
 
 
 @pytest.fixture(scope="module")
-def probe_image(tmp_path_factory, request):
+def probe_image(built_image, tmp_path_factory, request):
     from kit.launch import resolve
-    from kit.runtime.engine import image_exists
 
-    if not image_exists(resolve("tiny").image_ref):
-        pytest.skip("the rehearsal image is not built (run 'kit image build sglang-0.5.23-cpu')")
+    built_image(resolve("tiny").image_ref, resolve("tiny").image)
     files = {f"/opt/kit/{path.name}": path.read_bytes() for path in sorted(PROBE.parent.glob("*.py"))}
     image = derive(tmp_path_factory.mktemp("probe-image"), files, "pivot-probe")
     yield image

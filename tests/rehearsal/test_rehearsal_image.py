@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+from kit.runtime.engine import LABEL_MANAGED, client
 
 pytestmark = pytest.mark.docker
 
@@ -63,10 +63,9 @@ TINY_TWICE = " && ".join(
 
 
 @pytest.fixture(scope="module")
-def image():
+def image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     return spec.image_ref
 
 

@@ -18,17 +18,16 @@ import pytest
 from qwen_image import MODEL, qwen_image
 
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_MANAGED, client, image_exists
+from kit.runtime.engine import LABEL_MANAGED, client
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory):
+def image(built_image, tmp_path_factory):
     spec = resolve("tiny-qwen")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     built = qwen_image(tmp_path_factory.mktemp("qwen-image"))
     yield built
     built.remove()

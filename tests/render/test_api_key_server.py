@@ -10,16 +10,15 @@ import pytest
 from catalog_helpers import run_cli
 
 from kit.launch import resolve
-from kit.runtime.engine import client, image_exists
+from kit.runtime.engine import client
 from kit.runtime.server import kit_containers, published_port, remove
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def test_kit_up_with_an_api_key_sends_it_and_never_prints_it(monkeypatch, tmp_path):
+def test_kit_up_with_an_api_key_sends_it_and_never_prints_it(built_image, monkeypatch, tmp_path):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     key = "kit-test-" + secrets.token_hex(16)
     monkeypatch.setenv("KIT_TEST_API_KEY", key)
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))

@@ -12,15 +12,14 @@ import pytest
 
 from kit import paths
 from kit.launch import resolve
-from kit.runtime.engine import LABEL_TARGET, client, image_exists
+from kit.runtime.engine import LABEL_TARGET, client
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def test_compose_up_tiny_waits_until_healthy_then_answers():
+def test_compose_up_tiny_waits_until_healthy_then_answers(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     docker = shutil.which("docker")
     if not docker or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
         pytest.skip("docker compose (v2) is not installed (scripts/bootstrap installs it)")

@@ -182,25 +182,32 @@ def test_result_line_is_the_watchs_last_result():
 
 
 class _ChildrenOnGpu0(FakeNvml):
-    """An H200 whose compute processes are this test's children, 8.5 GiB each, as NVML lists them."""
+    """An H200 whose compute processes are this test's children, each using what it really holds in
+    memory (its RSS, measured once by psutil when NVML is first asked about it), as NVML lists them."""
+
+    measured: dict[int, int]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
-        return [
-            SimpleNamespace(pid=p.pid, usedGpuMemory=int(8.5 * (1 << 30)))
-            for p in psutil.Process().children()
-        ]
+        measured = self.__dict__.setdefault("measured", {})
+        for p in psutil.Process().children():
+            measured.setdefault(p.pid, p.memory_info().rss)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=rss) for pid, rss in measured.items()]
 
 
+# The child holds SIZE bytes for real and says so, as the torch child reports its reserved memory.
 TORCHLESS_CHILD = r"""
 import json, os, sys, time
 size = int(sys.argv[1])
+held = bytearray(b"\x01") * size
 print(json.dumps({"pid": os.getpid(), "cuda": True, "reserved": size, "allocated": size}), flush=True)
 time.sleep(60)
 """
 
 
 def test_usage_by_pid_on_an_h200_shaped_nvml(tmp_path, monkeypatch):
+    size = 123_456_789  # no round figure: what the line prints must be computed from the readings
     monkeypatch.setattr(check, "ALLOC_CHILD", TORCHLESS_CHILD)
+    monkeypatch.setattr(check, "USAGE_ALLOC_BYTES", size)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: its column says '-'
     lib = _ChildrenOnGpu0.of(1, name="NVIDIA H200", capability=(9, 0), memory_gib=140)
     assert read_inventory(lib).devices[0].compute_capability == "9.0"
@@ -210,9 +217,13 @@ def test_usage_by_pid_on_an_h200_shaped_nvml(tmp_path, monkeypatch):
 
     result = check.usage_section(tmp_path, status, gpus, lib)
 
+    used = lib.measured[result["child"]["pid"]]  # the child's real memory, which NVML reported
+    assert size < used < size + 200 * (1 << 20)  # the buffer it holds, plus an interpreter
     lines = (tmp_path / "status" / "nvml").read_text().splitlines()
-    assert lines[0].startswith("ok\tusage(child): GPU 0 8.50 GiB (per process)")
-    assert "NVML - reserved = 512 MiB" in lines[0]
+    gib, mib = 1 << 30, 1 << 20
+    assert lines[0].startswith(f"ok\tusage(child): GPU 0 {used / gib:.2f} GiB (per process)")
+    assert f"torch reserved {size / gib:.2f} GiB" in lines[0]
+    assert f"NVML - reserved = {(used - size) / mib:.0f} MiB" in lines[0]
     assert lines[1].startswith("ok\tusage([pid ")
     assert result["nvml_processes"][0]["proc_visible"] is True
     assert (tmp_path / "pgids").read_text().strip() == str(result["child"]["pid"])

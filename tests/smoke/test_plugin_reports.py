@@ -5,15 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import image_exists
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_reports_show_timeline_and_log_tail_on_failure_and_junit_carries_timings(pytester):
+def test_reports_show_timeline_and_log_tail_on_failure_and_junit_carries_timings(built_image, pytester):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
     # One inner session, one server (kit_server is session-scoped): a passing test that records
     # its first-token time, and a test that fails on purpose.
     pytester.makepyfile(

@@ -14,17 +14,15 @@ import sys
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 def kit_json(*args: str, timeout: float = 600) -> tuple[int, dict]:

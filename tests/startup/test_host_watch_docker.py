@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import client, image_exists
+from kit.runtime.engine import client
 from kit.runtime.processes import py_spy
 from kit.runtime.server import RUN_LABELS
 
@@ -27,10 +27,9 @@ KIT = [sys.executable, "-m", "kit"]
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 def start_host_server(tmp_path, extra: tuple[str, ...] = ()) -> tuple[object, int, str]:

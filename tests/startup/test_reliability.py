@@ -17,7 +17,6 @@ import threading
 import pytest
 
 from kit.launch import resolve
-from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
@@ -25,10 +24,9 @@ DOCKER_SOCKET = "/var/run/docker.sock"
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 class EngineProxy:

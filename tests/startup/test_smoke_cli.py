@@ -13,16 +13,14 @@ import pytest
 
 from kit.errors import ExitCode
 from kit.launch import resolve
-from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 def test_smoke_on_a_hung_start_exits_hung_as_up_does(new_servers):

@@ -17,17 +17,15 @@ import pytest
 
 from kit.launch import list_targets, resolve
 from kit.logs.schema import validate
-from kit.runtime.engine import image_exists
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KIT = [sys.executable, "-m", "kit"]
 
 
 @pytest.fixture(autouse=True)
-def _rehearsal_image():
+def _rehearsal_image(built_image):
     spec = resolve("tiny")
-    if not image_exists(spec.image_ref):
-        pytest.skip(f"image {spec.image_ref} not built (run 'kit image build {spec.image}')")
+    built_image(spec.image_ref, spec.image)
 
 
 def run_up(*args: str, timeout: float = 400) -> tuple[int, dict, list[dict], str]:
