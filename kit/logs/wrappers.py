@@ -8,8 +8,8 @@ data (wrappers.toml); ANSI colour codes and CRLF line ends are handled here.
 
 Cheap when there is nothing to strip (the common case, and the benchmark's): what a log carries
 is decided from its head (the first lines; the first 2M characters for ANSI, CRLF and Ray's
-sparse prefixes), a cost that does not grow with the log. When a wrapper is found, each kind is one C-level `re.subn` over the
-text (anchored after a newline, so the regex engine scans for the newline literal).
+sparse prefixes), a cost that does not grow with the log. When a wrapper is found, each kind is
+one C-level `re.subn` over the text (anchored after a newline: the engine scans for that literal).
 """
 
 from __future__ import annotations
