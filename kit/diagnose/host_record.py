@@ -120,8 +120,8 @@ def bundle_of_host(
             result["missing"] = missing
             result["notes"] = [*result.get("notes", []), *(f"missing: {m}" for m in missing)]
         by = f"kit bundle create {'--pid ' + str(pid) if pid is not None else '--unit ' + str(unit)}"
-        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(
-            main, spec, limits, unit=unit, gpus=None, by=by
+        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(  # finds the launcher itself
+            given if given is not None else main, spec, limits, unit=unit, gpus=None, by=by
         )
     finally:
         source.close()

@@ -133,6 +133,7 @@ def test_a_piped_server_still_gets_a_bundle_that_says_the_log_is_missing(wrapped
     assert {row["pid"] for row in result["processes"]} >= {wrapper, launcher}
     fingerprint = json.loads((folder / "fingerprint.json").read_text())
     assert fingerprint["versions"]["sglang"] == "0.5.23"
+    assert (fingerprint["process"]["pid"], fingerprint["process"]["given_pid"]) == (launcher, wrapper)
     with tarfile.open(bundle) as tar:
         summary = next(m for m in tar.getmembers() if m.name.endswith("/summary.md"))
         text = tar.extractfile(summary).read().decode()
