@@ -66,6 +66,12 @@ def _human(report: AnalysisReport, out: Console) -> None:
         f"[bold {style}]{report.outcome.upper()}[/] {where} (last milestone: {last}; "
         f"{report.lines} lines{dialect})"
     )
+    for wrapper in report.wrappers:
+        out.print(
+            f"wrapper: {wrapper.title}; {wrapper.example!r} stripped from {wrapper.count} lines",
+            markup=False,
+            highlight=False,
+        )
     if report.attempt.count > 1:
         out.print(f"{report.attempt.summary} (from line {report.attempt.first_line})", markup=False)
     if report.startup_s is not None:

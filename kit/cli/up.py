@@ -144,13 +144,17 @@ def up(
     """
     from kit.launch import api_key_from_env
     from kit.model import require_model
+    from kit.output import err_console
+    from kit.runtime.client_config import read_client_proxy_env
     from kit.runtime.host import with_gpus
     from kit.startup import run_up
     from kit.startup.live import LiveView
-    from kit.startup.prepare import prepare_launch
+    from kit.startup.prepare import prepare_launch, proxy_warnings
 
     spec = with_gpus(prepare_launch(target, image=image, overrides=overrides, validate=not no_validate), gpus)
     require_model(spec)  # a missing model: one line with the fetch command, before any container
+    for line in proxy_warnings(spec, read_client_proxy_env()):  # stderr: --json stays clean
+        err_console().print(line, markup=False, highlight=False)
     api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
     interruptible()

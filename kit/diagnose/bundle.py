@@ -218,6 +218,8 @@ def summary_md(meta: Mapping[str, Any], fingerprint: Mapping[str, Any], result: 
     ]
     if isinstance(launch.get("argv"), list):
         lines += ["", "```", show_value(launch["argv"]), "```"]
+    if result.get("missing"):  # a part that could not be read (a host process's piped output)
+        lines += ["", "## Missing", "", *(f"- {str(m)[:300]}" for m in result["missing"])]
     ranks = result.get("ranks") or []
     if ranks:
         lines += ["", "## Ranks", "", "| rank | phase | last milestone | in phase |", "|---|---|---|---|"]

@@ -65,13 +65,21 @@ def bundle_of_host(
     from kit.logs import PhaseLimits, analyze_text
     from kit.logs.limits import limits_from_spec
     from kit.runtime import processes as procs
-    from kit.runtime.host_source import HostSource, _JournalLog
+    from kit.runtime.host_source import HostSource, PidTree, _JournalLog
     from kit.runtime.journal import JournalFollower, journal_argv
 
     if (pid is None) == (unit is None):
         raise InputError("--pid | --unit", "give exactly one of --pid N or --unit NAME", "see --help")
+    missing: list[str] = []
     if pid is not None:
-        source = HostSource.for_pid(pid, log=log)
+        try:
+            source: Any = HostSource.for_pid(pid, log=log)
+        except InputError as exc:
+            if log is not None or exc.field != "--log":
+                raise
+            # Stdout is a pipe or a terminal: no log to read, but the process is there to read.
+            source = _NoLog(PidTree(pid))
+            missing.append(f"log: {exc.problem}; add it with --log FILE, or use --unit NAME for a service")
         main: int | None = pid
         unit = procs.unit_of(pid)
     else:
@@ -84,8 +92,10 @@ def bundle_of_host(
             source.log = _JournalLog(
                 JournalFollower(journal_argv(unit, since_wall=since, follow=False)), unit
             )
+    given = main
+    main = (procs.find_launcher(main) or main) if main else main  # through docker-init, tini, a shell
     try:
-        text = _read_log(source)
+        text = _read_log(source) if not missing else ""
         argv = procs.read_cmdline(main) if main else None
         target = target or (hostenv.infer_target(argv) if argv else None)
         spec = resolve(target) if target else None
@@ -103,9 +113,15 @@ def bundle_of_host(
             device=device,
             quiet_for_s=_quiet_for(source, text),
         )
+        if given is not None and main != given:
+            result["notes"] = [f"followed pid {main}, the SGLang launcher under pid {given}"]
+        result["processes"] = _process_tree(pids)
+        if missing:
+            result["missing"] = missing
+            result["notes"] = [*result.get("notes", []), *(f"missing: {m}" for m in missing)]
         by = f"kit bundle create {'--pid ' + str(pid) if pid is not None else '--unit ' + str(unit)}"
-        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(
-            main, spec, limits, unit=unit, gpus=None, by=by
+        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(  # finds the launcher itself
+            given if given is not None else main, spec, limits, unit=unit, gpus=None, by=by
         )
     finally:
         source.close()
@@ -117,6 +133,35 @@ def bundle_of_host(
     write_run_folder(folder, text, texts, result, fingerprint, hostenv.lock_text(fingerprint), redactor)
     name = bundle_name(target or "host", stem, result["verdict"])
     return bundle_from_run(folder, out or default_path(name), redactor=redactor)
+
+
+def _process_tree(pids: list[int]) -> list[dict]:
+    """pid, parent and name of each process (names only: a command line may carry a key)."""
+    import psutil
+
+    rows = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            rows.append({"pid": pid, "ppid": process.ppid(), "name": process.name()})
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return rows
+
+
+class _NoLog:
+    """A process to read whose output cannot be followed: its tree, and an empty log."""
+
+    def __init__(self, where: Any):
+        self.where = where
+        self.name = where.name
+        self.log = None
+
+    def log_text(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        pass
 
 
 def image_label(pid: int | None) -> str:

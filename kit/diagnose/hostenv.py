@@ -319,7 +319,11 @@ def fingerprint_of_process(
 ) -> tuple[dict, dict[str, str], list[str]]:
     """(fingerprint, the raw environment, the raw argv) of a host process and the host it runs on.
 
-    The raw environment and argv are for the Redactor only: they never enter the fingerprint unmasked."""
+    The raw environment and argv are for the Redactor only: they never enter the fingerprint unmasked.
+    A PID that wraps the server (docker-init, tini, a shell, uv run, conda run) is followed down to
+    the SGLang launcher under it: its argv, environment and interpreter (so its versions)."""
+    given = pid
+    pid = procs.find_launcher(given) or given
     argv = procs.read_cmdline(pid) or []
     env = procs.read_environ(pid)
     python = read_python_env(pid)
@@ -346,10 +350,11 @@ def fingerprint_of_process(
         "lock": lock,
     }
     facts_of_argv = launch_facts(argv)
-    catalog = _catalog_fields(spec, facts_of_argv)
+    catalog = {**_catalog_fields(spec, facts_of_argv), "dialect": _dialect_of(python, pid)}
     masked_env = split_env(env)[0] if env is not None else fp.unknown(why_env)
     process = {
         "pid": pid,
+        "given_pid": given,  # the PID asked for; `pid` is the SGLang launcher under it (or the same)
         "exe": python.exe or fp.unknown("/proc/PID/exe is not readable"),
         "python": python.python or fp.unknown("not readable"),
         "site_packages": list(python.site_packages),
@@ -379,6 +384,21 @@ def fingerprint_of_process(
         "process": process,
     }
     return fingerprint, raw_env, argv
+
+
+def _dialect_of(python: PythonEnv, pid: int) -> Any:
+    """The dialect of the release the process runs, or unknown: never the one a target assumes."""
+    from kit.dialects import dialect_for
+    from kit.errors import KitError
+
+    package = python.packages.get("sglang")
+    if package is None:
+        why = python.why_none or "no sglang package"
+        return fp.unknown(f"the sglang release of pid {pid} could not be read ({why})")
+    try:
+        return dialect_for(package.version).name
+    except KitError as exc:  # a release no dialect covers (or several)
+        return fp.unknown(f"no dialect covers sglang {package.version} ({exc})")
 
 
 def fingerprint_of_host(

@@ -28,6 +28,7 @@ from kit.logs.prefix import first_time
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
 from kit.logs.tracker import Tracker
 from kit.logs.verdicts import Crashed, Hung, PhaseLimits, Ready, Verdict
+from kit.logs.wrappers import unwrap
 
 Outcome = Literal["ready", "crashed", "hung"]
 EXIT_CODES: dict[str, int] = {"ready": ExitCode.OK, "crashed": ExitCode.FAILED, "hung": ExitCode.HUNG}
@@ -80,6 +81,15 @@ class ExpectedBlock(_Frozen):
     never_seen: list[str]
 
 
+class WrapperRow(_Frozen):
+    """What a log collector put around the lines (kit/logs/wrappers.toml), stripped before parsing."""
+
+    kind: str
+    title: str
+    count: int  # lines it was on (ansi: codes removed; crlf: line ends)
+    example: str
+
+
 class AnalysisReport(_Frozen):
     source: str | None
     outcome: Outcome
@@ -102,6 +112,7 @@ class AnalysisReport(_Frozen):
     exception: str | None
     tail: list[str]
     likely_causes: list[CauseRow]
+    wrappers: list[WrapperRow] = []  # what was stripped from a pasted log (Compose, journalctl, ...)
 
 
 @contextmanager
@@ -141,6 +152,8 @@ def replay(events: list[Event], base: datetime | None, limits: PhaseLimits | Non
 def analyze_text(
     text: str, *, source: str | None = None, limits: PhaseLimits | None = None
 ) -> AnalysisReport:
+    unwrapped = unwrap(text)  # a log pasted from Compose, kubectl, journalctl, a colour terminal
+    text = unwrapped.text
     with _collector_paused():
         events = parse_text(text)
         # Time zero is the launcher's first stamped line, so start-up time includes imports and
@@ -207,6 +220,9 @@ def analyze_text(
         exception=exception,
         tail=tail,
         likely_causes=list(causes),
+        wrappers=[
+            WrapperRow(kind=w.kind, title=w.title, count=w.count, example=w.example) for w in unwrapped.seen
+        ],
     )
 
 

@@ -108,6 +108,7 @@ def doctor_context(
         shm_size=spec.shm_size,
         memlock=spec.ulimits.get("memlock"),
         gpu_devices=choose_gpus(gpus, spec.gpus, target=target),
+        server_env=tuple(sorted(spec.env.items())),
     )
 
 

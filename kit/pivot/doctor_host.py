@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kit.model.snapshots import describe_absent, fetch_hint
 from kit.pivot.doctor_report import Check, ChecksBase, GiB, Status, _check, _gib, _size_bytes
+from kit.proxyenv import NO_PROXY_FIX, loopback_gap
 
 
 class HostChecks(ChecksBase):
@@ -174,4 +175,58 @@ class HostChecks(ChecksBase):
             f"127.0.0.1:{ctx.port} is in use",
             why="compose and systemd publish the server on this port (kit up picks a free one itself)",
             fix="stop what listens there (ss -ltnp) or set container.port",
+        )
+
+    def server_proxy(self) -> Check:
+        """SGLang's warm-up asks the server itself (127.0.0.1, or 0.0.0.0 read as 127.0.0.1) through
+        `requests`, which takes the environment's proxy unless NO_PROXY covers the host."""
+        title = "Proxy for the server's own requests"
+        ctx, facts = self.ctx, self.facts
+        why = (
+            "SGLang's warm-up request to itself goes to the proxy, which refuses or cannot reach it; "
+            "start-up fails after 120 s ('warmup error', res=<Response [403]>/[502]/[503])"
+        )
+        client = "~/.docker/config.json proxies.default"
+        if ctx.target:
+            env = {**facts.client_proxy_env, **dict(ctx.server_env)}
+            gap = loopback_gap(env)
+            if gap is None:
+                return _check("server-proxy", title, "pass", "the container's env sends loopback direct")
+            where = "the container's env (the target's env" + (
+                f" and {client})" if facts.client_proxy_env else ")"
+            )
+            hosts = "127.0.0.1,localhost,0.0.0.0"
+            fix = f"--set env.NO_PROXY={hosts} --set env.no_proxy={hosts}"
+            if facts.client_proxy_env:
+                fix += f", or add {hosts} to noProxy in {client}"
+            return _check(
+                "server-proxy",
+                title,
+                "warn",
+                gap.describe(where),
+                why=why,
+                fix=fix,
+                details={"proxy": gap.proxy},
+            )
+        found = [
+            (where, gap)
+            for where, env in (
+                ("this shell's env (a server started from it: --unit/--pid)", facts.shell_proxy_env),
+                (f"the Docker client's {client} (every container)", facts.client_proxy_env),
+            )
+            if (gap := loopback_gap(env)) is not None
+        ]
+        if not found:
+            return _check(
+                "server-proxy", title, "pass", "no proxy for loopback in this shell or Docker's client"
+            )
+        return _check(
+            "server-proxy",
+            title,
+            "warn",
+            "; ".join(gap.describe(where) for where, gap in found),
+            why=why,
+            fix=f"set {NO_PROXY_FIX} for the server (its unit's Environment=, its shell, or noProxy in "
+            f"{client})",
+            details={"shell": facts.shell_proxy_env, "docker_client": facts.client_proxy_env},
         )

@@ -36,6 +36,7 @@ CHECK_IDS = (
     "disk",
     "model-cache",
     "port",
+    "server-proxy",
 )
 GiB = 1 << 30
 
@@ -96,6 +97,8 @@ class DoctorContext:
     """The container's memlock ulimit from the profile (-1 unlimited), or None when it sets none."""
     gpu_devices: tuple[str, ...] = ()
     """The GPUs chosen with --gpus or KIT_GPUS (NVML indices or UUIDs); empty: any."""
+    server_env: tuple[tuple[str, str], ...] = ()
+    """The target's env (the container gets it on top of the Docker client's configured proxies)."""
 
 
 @cache

@@ -102,12 +102,15 @@ def healthcheck(spec: LaunchSpec) -> dict[str, Any]:
     # The images have python but no curl; urlopen raises (exit 1) on anything but 2xx.
     url = f"http://127.0.0.1:{spec.port}{spec.health_path}"
     timeout = max(int(spec.timing.deadlines["first_token"]), MIN_HEALTH_TIMEOUT_S)
-    probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout={timeout})"
+    # An empty ProxyHandler: the probe of 127.0.0.1 never goes to a proxy the container's
+    # environment names (Docker injects the client's configured proxies into every container).
+    direct = "u.build_opener(u.ProxyHandler({})).open"
+    probe = f"import urllib.request as u; {direct}('{url}', timeout={timeout})"
     if spec.api_key_env:
         # The key from the container's own environment (never this file); SGLang 0.5.23 serves
         # /health* without one, older releases may not.
         probe = (
-            "import os, urllib.request as u; u.urlopen(u.Request("
+            f"import os, urllib.request as u; {direct}(u.Request("
             f"'{url}', headers={{'Authorization': 'Bearer ' + os.environ['{spec.api_key_env}']}}), "
             f"timeout={timeout})"
         )

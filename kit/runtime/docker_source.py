@@ -35,6 +35,7 @@ from docker.models.containers import Container
 from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
 from kit.logs.stacks import rank_of_process
+from kit.proxyenv import env_from_list
 from kit.runtime import server as runtime
 from kit.runtime.compile_cache import COMPILERS
 from kit.runtime.engine import LABEL_RESTART
@@ -376,3 +377,8 @@ class DockerSource:
 
     def http_transport(self):
         return None
+
+    def environment(self) -> dict[str, str] | None:
+        """The container's Config.Env: the target's env and what Docker injected (the client's
+        configured proxies)."""
+        return env_from_list((self.container.attrs.get("Config") or {}).get("Env"))

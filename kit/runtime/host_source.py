@@ -309,3 +309,13 @@ class HostSource:
 
     def http_transport(self):
         return None
+
+    def environment(self) -> dict[str, str] | None:
+        """The server process's environment (/proc/PID/environ: readable for its own user or root)."""
+        pid = self.where.main_pid()
+        if pid is None:
+            return None
+        try:
+            return dict(psutil.Process(pid).environ())
+        except (psutil.Error, OSError):
+            return None

@@ -1,6 +1,9 @@
 """HTTP to a running SGLang server: first token on streaming chat and /generate, health.
 
-Errors become kit errors here; callers get timings and text.
+Errors become kit errors here; callers get timings and text. Every request to a server the kit
+watches goes direct (`trust_env=False`): a host's HTTP_PROXY/http_proxy would otherwise send the
+request for 127.0.0.1 or the published port to the proxy, and a healthy server would read as
+failed. The model hub (huggingface_hub) keeps the environment's proxy; it does not use this module.
 """
 
 from __future__ import annotations
@@ -27,6 +30,25 @@ class FirstToken:
 
 def _timeout(seconds: float) -> httpx.Timeout:
     return httpx.Timeout(seconds, connect=min(10.0, seconds))
+
+
+def server_client(timeout_s: float, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """A client for a server the kit watches: never through the environment's proxy."""
+    return httpx.Client(timeout=_timeout(timeout_s), transport=transport, trust_env=False)
+
+
+def server_get(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> httpx.Response:
+    """GET from a watched server, direct (see server_client)."""
+    with server_client(timeout_s) as http:
+        return http.get(url, headers=headers)
+
+
+def server_post(
+    url: str, *, json_body: object, timeout_s: float, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """POST to a watched server, direct (see server_client); the whole answer read."""
+    with server_client(timeout_s) as http:
+        return http.post(url, json=json_body, headers=headers)
 
 
 def _fail(endpoint: str, exc: Exception) -> CheckFailed:
@@ -109,7 +131,7 @@ def _stream(
     chunks = 0
     try:
         with (
-            httpx.Client(timeout=_timeout(timeout_s), transport=transport) as http,
+            server_client(timeout_s, transport) as http,
             http.stream("POST", base_url + endpoint, json=body, headers=_auth(api_key)) as response,
         ):
             if response.status_code != 200:
@@ -150,8 +172,8 @@ def generate_text(
     """Greedy, non-streaming /generate: the completion text (for determinism checks)."""
     body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
     try:
-        response = httpx.post(
-            base_url + "/generate", json=body, timeout=_timeout(timeout_s), headers=_auth(api_key)
+        response = server_post(
+            base_url + "/generate", json_body=body, timeout_s=timeout_s, headers=_auth(api_key)
         )
         response.raise_for_status()
         return str(response.json()["text"])
@@ -164,6 +186,6 @@ def health(
 ) -> int:
     """The status code of a health endpoint (0 when nothing answers)."""
     try:
-        return httpx.get(base_url + path, timeout=_timeout(timeout_s), headers=_auth(api_key)).status_code
+        return server_get(base_url + path, timeout_s=timeout_s, headers=_auth(api_key)).status_code
     except httpx.HTTPError:
         return 0

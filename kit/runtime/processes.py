@@ -15,6 +15,7 @@ permission (root, CAP_SYS_PTRACE, or kernel.yama.ptrace_scope 0 for one's own pr
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,58 @@ def process_tree(pid: int) -> list[psutil.Process]:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
     return [p for p in found if _alive(p)]
+
+
+# Python's own options that take a value (python -X dev -W error -m sglang.launch_server ...).
+_PYTHON_OPTS_WITH_VALUE = frozenset({"-X", "-W", "-Q"})
+
+
+def sglang_launcher_argv(argv: list[str]) -> bool:
+    """Is this the SGLang launcher's command line: a Python running `-m sglang.launch_server`,
+    `-m sglang ...`, the `sglang serve` console script or launch_server.py? Not a shell whose `-c`
+    names it (bash -c "... python -m sglang.launch_server"), not `uv run`/`conda run` (conda is
+    itself a Python script: its script is conda), not the schedulers (sglang::scheduler_TP0)."""
+    if not argv or not re.fullmatch(r"python[\d.]*", Path(argv[0]).name):
+        return False
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg in _PYTHON_OPTS_WITH_VALUE:
+            next(rest, None)
+        elif arg == "-m":
+            module = next(rest, "")
+            return module in ("sglang.launch_server", "sglang.launch_server.py") or (
+                module == "sglang" and next(rest, "") == "serve"
+            )
+        elif arg == "-c":
+            return False
+        elif arg.startswith("-m") and len(arg) > 2:
+            return arg[2:] == "sglang.launch_server"
+        elif arg.startswith("-"):
+            continue
+        else:  # the script: a console script named sglang, or launch_server.py itself
+            script = Path(arg)
+            if script.name == "sglang":
+                return next(rest, "") == "serve"
+            return script.name == "launch_server.py" and script.parent.name == "sglang"
+    return False
+
+
+def find_launcher(pid: int) -> int | None:
+    """The SGLang launcher in the tree under PID (PID itself included): the one nearest PID, for
+    a PID that is docker-init, tini, a shell, `uv run` or `conda run` around it. None: none there."""
+    best: tuple[int, int] | None = None
+    for process in process_tree(pid):
+        try:
+            if not sglang_launcher_argv(process.cmdline()):
+                continue
+            depth, up = 0, process
+            while up is not None and up.pid != pid:
+                depth, up = depth + 1, up.parent()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if best is None or (depth, process.pid) < best:
+            best = (depth, process.pid)
+    return best[1] if best else None
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -84,6 +84,11 @@ class Source(Protocol):
         """How to reach the server's HTTP API: None for the network, a transport for a replay."""
         ...
 
+    def environment(self) -> dict[str, str] | None:
+        """The server's environment variables (its proxies decide where its own warm-up request
+        goes), None when they cannot be read."""
+        ...
+
     @property
     def base_url(self) -> str | None: ...
 

@@ -392,6 +392,9 @@ class ReplaySource:
             if want(title) and title in self.scenario.stacks
         ]
 
+    def environment(self) -> dict[str, str] | None:
+        return None  # a scenario replays GPU conditions, not a server's environment
+
     def http_transport(self) -> httpx.BaseTransport:
         chunks = self.scenario.first_token
 

@@ -77,12 +77,18 @@ def run_watch_host(
 ) -> UpResult:
     """Follow host processes to a verdict; on one other than READY record the runs folder and bundle.
     A stage past its deadline is reported and followed on unless `deadline_policy` says VERDICT."""
-    argv = procs.read_cmdline(what.pid) if what.pid is not None else None
+    # A wrapper PID (docker-init, tini, a shell, uv run, conda run) leads to the launcher under it.
+    launcher = procs.find_launcher(what.pid) if what.pid is not None else None
+    argv = procs.read_cmdline(launcher or what.pid) if what.pid is not None else None
     device = spec.device if spec is not None else _device(argv)
     gpus = open_nvml() if device == "cuda" else None
     inventory = gpus.inventory() if gpus is not None else read_inventory()
     source = what.source(gpus=gpus)
     main = source.where.main_pid()
+    if main is not None and launcher is None:
+        launcher = procs.find_launcher(main)  # a unit's MainPID is often the shell
+    followed = launcher if launcher is not None and launcher != main else None
+    main = launcher or main
     argv = argv or (procs.read_cmdline(main) if main else None) or []
     target = spec.target if spec is not None else "host"
     image = image_label(main)
@@ -98,6 +104,10 @@ def run_watch_host(
         if isinstance(verdict, Crashed):
             result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
         result = dataclasses.replace(result, notes=(*result.notes, *source.notes))
+        if followed is not None:
+            given = what.pid if what.pid is not None else source.where.main_pid()
+            note = f"followed pid {followed}, the SGLang launcher under pid {given}"
+            result = dataclasses.replace(result, notes=(note, *result.notes))
         if isinstance(verdict, Ready) and first_token:
             result = _first_token(result, argv, limits)
         if result.verdict != "ready":

@@ -42,3 +42,13 @@ def prepare_launch(
         )
         raise InputError(first.id, f"{first.message}{more}", fix)
     return resolved.spec
+
+
+def proxy_warnings(spec: LaunchSpec, client_env: dict[str, str]) -> list[str]:
+    """`kit up`'s proxy check: the container gets the Docker client's configured proxies
+    (`client_env`, ~/.docker/config.json) and then the target's env; warn when the server's own
+    warm-up request would go to a proxy. Pure: the caller reads the client config."""
+    from kit.validate import proxy_findings
+
+    where = "the container's env (the target's env and ~/.docker/config.json proxies)"
+    return [f"warning: {f.message}; fix: {f.fix}" for f in proxy_findings({**client_env, **spec.env}, where)]

@@ -106,10 +106,12 @@ def causes_for(
     stacks: dict[str, RankStack],
     device: str,
     gpus: GpuInventory | None = None,
+    environment: tuple[str, ...] = (),
 ) -> tuple[CauseRow, ...]:
     """Likely causes ranked by the live evidence: the log's last lines, the exception, where each
-    rank's stack waits, the GPUs' facts and the activity the verdict was reached on (its shape:
-    quiet ranks point at a rendezvous, spinning ones at a hung collective)."""
+    rank's stack waits, the GPUs' facts, the server's environment (a proxy for loopback) and the
+    activity the verdict was reached on (its shape: quiet ranks point at a rendezvous, spinning
+    ones at a hung collective)."""
     if isinstance(verdict, Ready):
         return ()
     activity = tracker.activity()
@@ -119,6 +121,7 @@ def causes_for(
         [
             exception,
             tracker.gpu_error or "",  # NVML's own error: as hard a fact as an exception
+            *environment,  # the server's own environment variables: read, not guessed
             *(str(e.fields.get("exception", "")) for e in tracker.recent_errors),
             *(str(e.fields.get("traceback", "")) for e in tracker.recent_errors),
         ]

@@ -73,7 +73,9 @@ def _result(
         "stacks": stack_rows(stacks),
         "waiting_ranks": waiting,
         "missing_ranks": missing,
-        "likely_causes": causes_for(verdict, tracker, stacks, device, extra.get("gpus")),
+        "likely_causes": causes_for(
+            verdict, tracker, stacks, device, extra.get("gpus"), watcher.environment_evidence()
+        ),
         "activity": tracker.activity(),
         "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
         "gpu_error": tracker.gpu_error,

@@ -18,11 +18,15 @@ from kit.logs import (
     Crashed,
     Deadline,
     Event,
+    Hung,
     LogParser,
+    Milestone,
+    Phase,
     PhaseLimits,
     Tracker,
     Verdict,
 )
+from kit.proxyenv import ProxyGap, loopback_gap
 from kit.runtime.source import Source, SourceState
 from kit.startup.overrun import DeadlinePolicy, LoadProgress, Overrun, load_progress, still_moving
 
@@ -81,6 +85,12 @@ class Progress:
 # A restart in place (the engine's restart policy) or a replacement (systemd, Compose) takes a few
 # seconds; a server that stays down longer than this is judged as it ended.
 RESTART_GRACE_S = 60.0
+# SGLang's warm-up asks its own /model_info once a second from HTTP up on (uvicorn logs each
+# request it serves: `"GET /model_info HTTP/1.1" 200`). With a proxy for loopback in the server's
+# environment and none of those requests arriving this long after HTTP up, the warm-up is going to
+# the proxy: SGLang would retry for 120 s and stop (http_server.py `_execute_server_warmup`, 0.5.23).
+PROXY_WARMUP_CONCLUSIVE_S = 20.0
+_WARMUP_REQUEST = "/model_info"
 
 
 class Watcher:
@@ -126,6 +136,10 @@ class Watcher:
         self.final_state: SourceState | None = None
         self._next_sample = source.clock()
         self._last_sample: ActivitySample | None = None
+        # The server's own proxies decide where its warm-up goes (kit/proxyenv.py).
+        self.proxy_gap: ProxyGap | None = loopback_gap(source.environment() or {})
+        self._http_up_at: float | None = None
+        self._warmup_request_seen = False
         # What happened before the watch began is known only from the log: activity cannot be
         # judged before the first sample, so quiet time counts from the watch's start at the earliest.
         self._ingest(source.read())
@@ -151,7 +165,41 @@ class Watcher:
             found = self.parser.feed(line)
             self.attempts = self.attempts.observe_line(t, line).observe_events(found, t)
             events.extend(found)
+            if _WARMUP_REQUEST in line:
+                self._warmup_request_seen = True
+            for event in found:
+                if event.milestone is Milestone.HTTP_UP:
+                    self._http_up_at, self._warmup_request_seen = t, False
         return events
+
+    def environment_evidence(self) -> tuple[str, ...]:
+        """What the server's environment says about where its own requests go (for the causes)."""
+        return (self.proxy_gap.describe(),) if self.proxy_gap is not None else ()
+
+    def _proxy_verdict(self, now: float) -> Hung | None:
+        """HUNG in warm-up as soon as it is certain: a proxy for loopback in the server's environment
+        and no warm-up request reaching the server well after HTTP up (not at the warm-up deadline)."""
+        up = self._http_up_at
+        if (
+            self.proxy_gap is None
+            or up is None
+            or self._warmup_request_seen
+            or self.tracker.phase is not Phase.WARMUP
+            or now - up < PROXY_WARMUP_CONCLUSIVE_S
+        ):
+            return None
+        return Hung(
+            phase=Phase.WARMUP,
+            stuck_ranks=(),
+            missing_ranks=(),
+            evidence=(
+                *self.environment_evidence(),
+                f"no warm-up request ({_WARMUP_REQUEST}) reached the server in {now - up:.0f} s after "
+                "its HTTP server came up",
+                *tuple(self.lines)[-4:],
+            ),
+            quiet_for_s=max(0.0, now - self.tracker.last_activity_at),
+        )
 
     def step(self) -> tuple[Progress, Verdict | None]:
         """Read what arrived, sample if due, and return the progress and a verdict if there is one."""
@@ -205,6 +253,8 @@ class Watcher:
             self._crash_held_since = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
+        if verdict is None and not ended:
+            verdict = self._proxy_verdict(now)
         progress = Progress(
             self.tracker,
             now,

@@ -18,6 +18,7 @@ import httpx
 
 from kit.errors import CheckFailed
 from kit.launch import api_key_from_env
+from kit.runtime.http import server_post
 from kit.spec import LaunchSpec
 
 PROMPT = "The capital of France is"
@@ -50,11 +51,8 @@ def _headers(spec: LaunchSpec) -> dict[str, str]:
 def generate(base_url: str, spec: LaunchSpec, body: dict[str, Any], timeout_s: float) -> Greedy:
     """POST /generate (not streamed); CheckFailed naming the endpoint on any failure."""
     try:
-        answer = httpx.post(
-            f"{base_url}/generate",
-            json=body,
-            headers=_headers(spec),
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+        answer = server_post(
+            f"{base_url}/generate", json_body=body, headers=_headers(spec), timeout_s=timeout_s
         )
         answer.raise_for_status()
         payload = answer.json()

@@ -169,11 +169,11 @@ def tool_call_parsed(base_url: str, spec: LaunchSpec) -> CheckResult:
     limit = spec.timing.deadlines["first_token"] + 120.0
     try:
         # The runtime's HTTP helpers stream; this one call wants the whole JSON answer.
-        answer = httpx.post(
+        answer = http.server_post(
             f"{base_url}/v1/chat/completions",
-            json=tool_call_request(spec.model_path),
+            json_body=tool_call_request(spec.model_path),
             headers=_auth(spec),
-            timeout=httpx.Timeout(limit, connect=10.0),
+            timeout_s=limit,
         )
         answer.raise_for_status()
         payload = answer.json()

@@ -10,6 +10,7 @@ import time
 import httpx
 
 from kit.errors import CheckFailed
+from kit.runtime.http import server_get
 from kit.spec import LaunchSpec
 from kit.testing import answers
 from kit.testing.checks import CheckResult
@@ -79,7 +80,7 @@ def serving_window(base_url: str, spec: LaunchSpec, container, seconds: float | 
     if state != "running":
         return CheckResult(name, False, f"crashed: {name_crash(_logs(container), code)}", elapsed)
     try:
-        health = httpx.get(f"{base_url}/health", headers=answers._headers(spec), timeout=30.0).status_code
+        health = server_get(f"{base_url}/health", headers=answers._headers(spec)).status_code
     except httpx.HTTPError as exc:
         health = f"{type(exc).__name__}"  # type: ignore[assignment]
     ok = health == 200 and served > 0 and not failures

@@ -58,6 +58,7 @@ import httpx
 from kit import paths
 from kit.catalog import Smoke, load_catalog
 from kit.errors import CheckFailed
+from kit.runtime.http import server_get
 from kit.spec import LaunchSpec
 from kit.testing import answers
 from kit.testing.checks import CheckResult
@@ -299,12 +300,12 @@ def accept_length_from_metrics(text: str) -> float | None:
 def read_accept_length(base_url: str, spec: LaunchSpec) -> tuple[float | None, str]:
     headers = answers._headers(spec)
     try:
-        info = httpx.get(f"{base_url}/server_info", headers=headers, timeout=30.0)
+        info = server_get(f"{base_url}/server_info", headers=headers)
         if info.status_code == 200:
             value = accept_length_from_server_info(info.json())
             if value is not None:
                 return value, "/server_info internal_states avg_spec_accept_length"
-        metrics = httpx.get(f"{base_url}/metrics", headers=headers, timeout=30.0)
+        metrics = server_get(f"{base_url}/metrics", headers=headers)
         if metrics.status_code == 200:
             value = accept_length_from_metrics(metrics.text)
             if value is not None:

@@ -22,6 +22,7 @@ from kit.catalog import read_toml
 from kit.catalog._errors import translate as _schema_error
 from kit.dialects import Rule, matches
 from kit.launch import Resolved, resolve_full
+from kit.proxyenv import NO_PROXY_FIX, loopback_gap
 from kit.validate._memory import MemoryFit, memory_fit
 from kit.validate._parallel import Split, broken_splits, splits_from_facts, splits_of
 
@@ -164,7 +165,25 @@ def findings_for(r: Resolved) -> tuple[list[Finding], MemoryFit | None]:
     facts = r.translation.facts
     findings += _rule_findings(r.dialect.rules, facts, r.dialect.name)
     findings += _rule_findings(pitfalls(), facts, "pitfall")
+    findings += proxy_findings(r.spec.env)
     return findings, fit
+
+
+def proxy_findings(env: dict[str, str], where: str = "the target's env") -> list[Finding]:
+    """A proxy in the server's environment that its own loopback warm-up would go through."""
+    gap = loopback_gap(env)
+    if gap is None:
+        return []
+    return [
+        Finding(
+            "server-proxy",
+            "warning",
+            gap.describe(where),
+            f"--set env.NO_PROXY=127.0.0.1,localhost,0.0.0.0 --set env.no_proxy=127.0.0.1,localhost,0.0.0.0 "
+            f"({NO_PROXY_FIX})",
+            "python/sglang/srt/entrypoints/http_server.py _execute_server_warmup (sglang 0.5.23)",
+        )
+    ]
 
 
 def validate(target: str, *, image: str | None = None, overrides: Sequence[str] = ()) -> ValidationReport:

@@ -6,10 +6,13 @@ of raising: doctor, fingerprints and a launch must run anywhere.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.proxyenv import PROXY_VARIABLES, redact
+from kit.runtime.client_config import read_client_proxy_env
 from kit.runtime.host.cdi import CdiAnswer, cdi_answer, read_cdi_specs
 from kit.runtime.host.engine import EngineFacts, engine_is_local, read_engine
 from kit.runtime.host.gpus import GpuPlan, gpu_plan
@@ -59,6 +62,10 @@ class HostFacts:
     port: int | None = None
     port_free: bool | None = None
     port_error: str | None = None
+    client_proxy_env: dict[str, str] = field(default_factory=dict)
+    """What the Docker client adds to every container (~/.docker/config.json proxies), redacted."""
+    shell_proxy_env: dict[str, str] = field(default_factory=dict)
+    """This shell's proxy variables (a server started from it inherits them), redacted."""
 
     @property
     def cdi_answer(self) -> CdiAnswer:
@@ -153,4 +160,14 @@ def read_host(
         port=port,
         port_free=port_free,
         port_error=port_error,
+        client_proxy_env=_redacted(read_client_proxy_env()),
+        shell_proxy_env=_redacted({k: v for k in PROXY_ENV_NAMES if (v := os.environ.get(k))}),
     )
+
+
+def _redacted(env: dict[str, str]) -> dict[str, str]:
+    """Proxy variables without the user:password a proxy URL may carry (host facts are recorded)."""
+    return {name: redact(value) for name, value in env.items()}
+
+
+PROXY_ENV_NAMES = (*PROXY_VARIABLES, "no_proxy", "NO_PROXY")
