@@ -41,6 +41,10 @@ class ActivitySample:
     rank_cpu_seconds: tuple[tuple[str, float], ...] = ()
     # Why the GPUs could not be read (NVML: a GPU lost after a hang): a fact for the verdict.
     gpu_error: str | None = None
+    # Each scheduler rank's process as (rank, pid, state: running, sleeping, stopped, zombie, ...);
+    # None where the source cannot see them. After READY a rank missing here has exited and a
+    # stopped one (SIGSTOP, a debugger) serves nothing (kit/logs/serving.py).
+    rank_processes: tuple[tuple[str, int, str], ...] | None = None
 
 
 def _delta(before: float | None, after: float | None) -> float:

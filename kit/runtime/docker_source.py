@@ -262,6 +262,22 @@ def rank_cpu_seconds(processes: list[psutil.Process]) -> tuple[tuple[str, float]
     return tuple(sorted(found.items()))
 
 
+def rank_processes(processes: list[psutil.Process]) -> tuple[tuple[str, int, str], ...] | None:
+    """(rank, pid, state) of each scheduler rank's process (psutil's status: running, sleeping,
+    stopped, zombie, ...); None when the host sees no process at all (unknown, not "all gone")."""
+    if not processes:
+        return None
+    found = []
+    for proc in processes:
+        try:
+            rank = rank_of_process(" ".join(proc.cmdline()))
+            if rank is not None:
+                found.append((rank, proc.pid, str(proc.status())))
+        except (psutil.Error, OSError):
+            continue
+    return tuple(sorted(found))
+
+
 class DockerSource:
     """Source over a running (or restarting) container. `gpus` is NVML where the host has it."""
 
@@ -354,6 +370,7 @@ class DockerSource:
             compilers=compilers_running(tree),
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
+            rank_processes=rank_processes(tree),
         )
 
     def _compile_bytes(self, root_pid: int | None) -> int | None:

@@ -22,7 +22,8 @@ from kit.runtime.http import chat_first_token
 from kit.runtime.nvml import open_nvml, read_inventory
 from kit.runtime.server import new_session_id
 from kit.startup.result import UpResult
-from kit.startup.up import _result, collect_stacks
+from kit.startup.serving import OnChange, ServingLimits
+from kit.startup.up import _result, collect_stacks, serve_ready
 from kit.startup.watch import Progress, Watcher
 
 
@@ -72,8 +73,11 @@ def run_watch_host(
     on_progress: Callable[[Progress], None] | None = None,
     first_token: bool = False,
     max_attempts: int = 3,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
-    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle."""
+    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle.
+    With `serve`, a READY server is then watched while it serves (never stopped)."""
     argv = procs.read_cmdline(what.pid) if what.pid is not None else None
     device = spec.device if spec is not None else _device(argv)
     gpus = open_nvml() if device == "cuda" else None
@@ -97,6 +101,20 @@ def run_watch_host(
         result = dataclasses.replace(result, notes=(*result.notes, *source.notes))
         if isinstance(verdict, Ready) and first_token:
             result = _first_token(result, argv, limits)
+        if serve is not None and result.verdict == "ready":
+            facts = _launch_facts(argv)
+            result, stacks = serve_ready(
+                result,
+                watcher,
+                spec,
+                serve,
+                on_serving,
+                inventory,
+                base_url=facts.base_url,
+                api_key=facts.api_key,
+            )
+            if result.serving and result.verdict == "crashed":
+                result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
         if result.verdict != "ready":
             pid = source.where.main_pid() or main
             recorded = record_run(
@@ -119,6 +137,12 @@ def run_watch_host(
         source.close()
         if gpus is not None:
             gpus.close()
+
+
+def _launch_facts(argv: list[str]):
+    from kit.diagnose.hostenv import launch_facts
+
+    return launch_facts(argv)
 
 
 def _device(argv: list[str] | None) -> str:

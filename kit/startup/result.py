@@ -71,6 +71,8 @@ class UpResult:
     """Errors the server logged and went on after: evidence, never the verdict."""
     gpu_error: str | None = None
     """Why NVML could not read the GPUs during the watch (a GPU lost): a fact, not a traceback."""
+    serving: dict | None = None
+    """With --serve: the watch after READY (its last verdict and why, probes, batches, ranks)."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
@@ -182,6 +184,9 @@ def explain_ranks(
 
 def headline(result: UpResult) -> str:
     phase = f" in {result.phase}" if result.phase else ""
+    if result.serving is not None:
+        word = result.serving.get("verdict", "serving").upper()
+        return f"{word} (serving {result.serving.get('served_s', 0):.0f} s): {result.serving.get('why')}"
     if result.verdict == "ready":
         ttft = f"; first token {result.first_token_s:.2f} s" if result.first_token_s is not None else ""
         return f"READY {result.target} after {result.startup_s:.1f} s{ttft}"

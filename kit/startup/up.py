@@ -31,6 +31,7 @@ from kit.startup.result import (
     verdict_name,
 )
 from kit.startup.server import start_server
+from kit.startup.serving import OnChange, ServingLimits, as_verdict, watch_serving
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -113,8 +114,12 @@ def follow_source(
     on_progress: ProgressCallback | None = None,
     inventory: GpuInventory | None = None,
     max_attempts: int = 3,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
-    """Follow a server to its verdict; at READY time the first token, else diagnose."""
+    """Follow a server to its verdict; at READY time the first token, else diagnose. With `serve`,
+    a READY server is then watched while it serves (kit/startup/serving.py) until it hangs or
+    crashes, or until Ctrl-C / SIGTERM."""
     watcher = Watcher(source, limits, max_attempts=max_attempts)
     verdict = watcher.run(on_progress)
     now = source.clock()
@@ -144,6 +149,8 @@ def follow_source(
             result = _replace(
                 result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
             )
+    if serve is not None and result.verdict == "ready":
+        result, stacks = serve_ready(result, watcher, spec, serve, on_serving, inventory)
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
         recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
@@ -156,6 +163,45 @@ def follow_source(
     return result
 
 
+def serve_ready(
+    ready: UpResult,
+    watcher: Watcher,
+    spec: LaunchSpec | None,
+    limits: ServingLimits,
+    on_change: OnChange | None,
+    inventory: GpuInventory | None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+) -> tuple[UpResult, dict[str, RankStack]]:
+    """Watch a READY server while it serves. Ctrl-C / SIGTERM: the READY result with the serving
+    counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for HUNG), to be recorded."""
+    source = watcher.source
+    if base_url is None:
+        base_url = source.base_url
+        api_key = api_key_from_env(spec) if spec is not None else None
+    call, state, _interrupted = watch_serving(
+        watcher,
+        limits,
+        base_url=base_url,
+        api_key=api_key,
+        transport=source.http_transport(),
+        on_change=on_change,
+    )
+    now = source.clock()
+    summary = {**state.summary(now), "verdict": call.verdict.value, "why": call.why}
+    if call.verdict.value not in ("hung", "crashed"):
+        return _replace(ready, serving=summary), {}
+    verdict = as_verdict(call, state, watcher, now)
+    stacks = collect_stacks(source) if isinstance(verdict, Hung) else {}
+    device = spec.device if spec is not None else "cpu"
+    result = _result(
+        ready.target, ready.image, ready.container, verdict, watcher, now, stacks, device, gpus=inventory
+    )
+    keep = {k: getattr(ready, k) for k in ("startup_s", "first_token_s", "first_token_endpoint", "reply")}
+    return _replace(result, exception=call.why, serving=summary, **keep), stacks
+
+
 def follow_container(
     container: Container,
     spec: LaunchSpec,
@@ -165,6 +211,8 @@ def follow_container(
     first_token: bool = True,
     on_progress: ProgressCallback | None = None,
     max_attempts: int = 3,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """`follow_source` over a container: NVML where the launch uses GPUs, the host's inventory."""
     gpus = open_nvml() if spec.device == "cuda" else None
@@ -180,6 +228,8 @@ def follow_container(
             on_progress=on_progress,
             max_attempts=max_attempts,
             inventory=inventory,
+            serve=serve,
+            on_serving=on_serving,
         )
         lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
         return _replace(result, notes=(*result.notes, lost)) if lost else result
@@ -202,6 +252,8 @@ def run_up(
     on_progress: ProgressCallback | None = None,
     on_start: Callable[[runtime.RunningServer], None] | None = None,
     first_token: bool = True,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Start the target's container, follow it to a verdict, measure the first token, clean up.
 
@@ -219,6 +271,8 @@ def run_up(
             session=server.session,
             first_token=first_token,
             on_progress=on_progress,
+            serve=serve,
+            on_serving=on_serving,
         )
     except KeyboardInterrupt:
         result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
@@ -242,6 +296,8 @@ def run_watch(
     on_progress: ProgressCallback | None = None,
     first_token: bool = False,
     max_attempts: int = 3,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Follow a container someone else started (compose, systemd); it is never removed here.
 
@@ -257,6 +313,8 @@ def run_watch(
             first_token=first_token,
             on_progress=on_progress,
             max_attempts=max_attempts,
+            serve=serve,
+            on_serving=on_serving,
         )
     except KeyboardInterrupt:
         return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))
