@@ -8,6 +8,7 @@ from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
+from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
 
@@ -113,12 +114,14 @@ def fault_option(help: str):
 @first_token_option(True, "the server is the kit's own")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
+@serve_options
 def up(
-    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall
+    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall, serve
 ) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
-    The container is removed afterwards unless --keep.
+    The container is removed afterwards unless --keep. With --serve it is watched while it serves
+    until it hangs or crashes (a bundle; HUNG or CRASHED) or until Ctrl-C / SIGTERM, then removed.
     """
     from kit.launch import api_key_from_env
     from kit.model import require_model
@@ -142,6 +145,8 @@ def up(
             on_progress=view.update,
             on_start=lambda s: view.started(s.name, s.url),
             first_token=first_token,
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json)
 
@@ -183,20 +188,34 @@ def up(
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
-def watch(container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall):
+@serve_options
+def watch(
+    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall, serve
+):
     """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it.
 
     --pid N or --unit NAME follow a server that runs as host processes (docs/baremetal.md); limits
     come from --target, else the defaults. Under a restart policy (systemd, Compose `restart:
     on-failure`) a crash is not the end: the watch follows the next launch attempt, up to
     --attempts, and judges the last one. --first-token times one chat request at READY, as `kit up`
-    does by default."""
+    does by default. --serve keeps watching after READY (never stopping the server)."""
     from kit.errors import InputError
     from kit.launch import resolve
 
     if pid is not None or unit is not None or log_file:
         _watch_host(
-            container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+            container,
+            pid,
+            unit,
+            log_file,
+            target,
+            image,
+            first_token,
+            max_attempts,
+            as_json,
+            deadline,
+            stall,
+            serve=serve,
         )
         return
     if not container:
@@ -221,12 +240,25 @@ def watch(container, pid, unit, log_file, target, image, first_token, max_attemp
             on_progress=view.update,
             first_token=first_token,
             max_attempts=max_attempts,
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json)
 
 
 def _watch_host(
-    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall
+    container,
+    pid,
+    unit,
+    log_file,
+    target,
+    image,
+    first_token,
+    max_attempts,
+    as_json,
+    deadline,
+    stall,
+    serve=None,
 ):
     """kit watch --pid/--unit: the host source's flow (kit/startup/host.py)."""
     from kit.errors import InputError
@@ -252,7 +284,14 @@ def _watch_host(
     title = f"kit watch {shown} ({spec.target if spec else 'default limits'})"
     with LiveView(console(), title=title, as_json=as_json) as view:
         result = run_watch_host(
-            what, spec, limits, on_progress=view.update, first_token=first_token, max_attempts=max_attempts
+            what,
+            spec,
+            limits,
+            on_progress=view.update,
+            first_token=first_token,
+            max_attempts=max_attempts,
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json, container=False)
 

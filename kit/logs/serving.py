@@ -4,7 +4,8 @@ Inputs, each with its time (monotonic seconds; nothing here reads a clock):
 - probes: a small generation request on a schedule with its own deadline (SGLang's
   `/health_generate` sends one token through the scheduler and waits up to
   SGLANG_HEALTH_CHECK_TIMEOUT, srt/entrypoints/http_server.py at 0.5.23): started, then answered;
-- log lines: the request log (prefill and decode batches, throughput) is progress; watchdog and
+- log lines: the request log's decode batches (tokens made, throughput) are progress, its prefill
+  batches only activity (printed before the forward pass that may hang); watchdog and
   failed-health lines are errors (kit/logs/serving.toml); parsed error events (patterns.toml) are
   errors, a fatal one the start of a crash;
 - activity samples: each rank's process and state, CPU per rank, GPU memory (kit/logs/activity.py);
@@ -140,7 +141,12 @@ class ServingState:
         if found is None:
             return self
         kind, values = found
-        if kind in ("prefill", "decode"):
+        if kind == "prefill":
+            # Printed when the scheduler takes a batch, before its forward pass: the probe's own
+            # request shows one while the ranks are stuck in the pass (seen with TP1 stopped on
+            # the CPU rehearsal). Activity, not progress.
+            return replace(self, batches=self.batches + 1)
+        if kind == "decode":
             tokens = values.get("tokens_per_s", self.tokens_per_s)
             return replace(
                 self,

@@ -72,6 +72,13 @@ def test_probe_without_answer_and_nothing_served_is_hung_naming_the_stopped_rank
     assert call.ranks == ("TP1",) and "TP1 (pid 101)" in call.why
 
 
+def test_a_prefill_line_after_the_probe_is_not_progress():
+    # SGLang prints "Prefill batch" for the probe's own request before the forward pass in which
+    # the ranks wait for a stopped TP1 (seen on the CPU rehearsal): it must not hide the hang.
+    state = probe(ready(), 0, 1.0).probe_sent(5.0).observe_line(6.0, PREFILL)
+    assert state.verdict(20.0).verdict is Serving.HUNG
+
+
 def test_failed_probe_while_requests_are_served_is_degraded_not_hung():
     state = ready().probe_sent(0.0).observe_line(4.0, DECODE)
     call = state.verdict(16.0)
