@@ -220,9 +220,15 @@ class ServingState:
             return Call(Serving.CRASHED, f"{fatal[1]}; nothing served since", now)
         probe = self.last_probe
         timed_out = self.in_flight_since is not None and now - self.in_flight_since >= limits.probe_timeout_s
-        failed_probe = timed_out or (probe is not None and not probe.ok and self.in_flight_since is None)
+        # The last answered probe failed: the next one, already sent, does not undo that until it
+        # answers (the watch sends it at once).
+        failed_probe = timed_out or (probe is not None and not probe.ok)
         if failed_probe:
-            sent = self.in_flight_since if timed_out else probe.sent_at  # type: ignore[union-attr]
+            if probe is not None and not probe.ok:
+                sent = probe.sent_at
+                timed_out = False
+            else:
+                sent = self.in_flight_since
             assert sent is not None
             what = (
                 f"probe sent {now - sent:.0f} s ago got no answer (deadline {limits.probe_timeout_s:.0f} s)"
@@ -241,7 +247,7 @@ class ServingState:
             return Call(Serving.DEGRADED, f"{what}, but requests are still served", now)
         if probe is not None and probe.ok and probe.latency_s > limits.probe_budget_s:
             return Call(
-                Serving.DEGRADED, f"{probe.describe()}, over its budget of {limits.probe_budget_s:.0f} s", now
+                Serving.DEGRADED, f"{probe.describe()}, over its budget of {limits.probe_budget_s:g} s", now
             )
         recent = [line for t, line in self.errors if now - t < limits.error_window_s]
         if recent:

@@ -79,6 +79,16 @@ def test_a_prefill_line_after_the_probe_is_not_progress():
     assert state.verdict(20.0).verdict is Serving.HUNG
 
 
+def test_the_next_probe_in_flight_does_not_hide_a_failed_one():
+    state = probe(ready(), 0, 1.0)
+    state = (
+        state.probe_sent(5.0).probe_answered(Probe(5.0, 17.0, 0, "no answer within 12 s")).probe_sent(17.5)
+    )
+    call = state.verdict(18.0)
+    assert call.verdict is Serving.HUNG and "no answer within 12 s" in call.why
+    assert state.probe_answered(Probe(17.5, 18.5, 200)).verdict(19.0).verdict is Serving.SERVING
+
+
 def test_failed_probe_while_requests_are_served_is_degraded_not_hung():
     state = ready().probe_sent(0.0).observe_line(4.0, DECODE)
     call = state.verdict(16.0)
