@@ -87,7 +87,7 @@ def _result(
             quiet_for_s=round(verdict.quiet_for_s, 1),
             stuck_ranks=verdict.stuck_ranks,
             evidence=verdict.evidence,
-            limit_s=tracker.limits.stall_window_s.of(tracker.stage),
+            limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
         )
     elif isinstance(verdict, Deadline):
         fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
