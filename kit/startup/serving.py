@@ -25,6 +25,7 @@ from kit.logs.events import Phase
 from kit.logs.serving import Call, Probe, Serving, ServingLimits, ServingState
 from kit.runtime.http import probe_health
 from kit.runtime.source import SourceState
+from kit.spec import LaunchSpec
 from kit.startup.watch import Watcher
 
 OnChange = Callable[["Change"], None]
@@ -112,12 +113,14 @@ def watch_serving(
     transport: httpx.BaseTransport | None = None,
     on_change: OnChange | None = None,
     poll_s: float = 0.5,
+    for_s: float | None = None,
 ) -> tuple[Call, ServingState, bool]:
-    """Follow a READY server until HUNG or CRASHED, or until Ctrl-C / SIGTERM (a KeyboardInterrupt):
-    the last call, the state it rests on, and whether the watch was interrupted."""
+    """Follow a READY server until HUNG or CRASHED, or until Ctrl-C / SIGTERM (a KeyboardInterrupt),
+    or for `for_s` seconds (the smoke suite's serving window): the last call, the state it rests
+    on, and whether the watch was interrupted."""
     run = _Run(watcher, limits, base_url, api_key, transport, on_change)
     try:
-        return run.follow(poll_s)
+        return run.follow(poll_s, for_s)
     except KeyboardInterrupt:
         return run.current, run.state, True
 
@@ -141,7 +144,7 @@ class _Run:
         self.last_sample = None
         self.next_probe = self.ready_at
 
-    def follow(self, poll_s: float) -> tuple[Call, ServingState, bool]:
+    def follow(self, poll_s: float, for_s: float | None = None) -> tuple[Call, ServingState, bool]:
         first = True
         while True:
             call = self.step()
@@ -153,6 +156,8 @@ class _Run:
                     )
             self.current = call
             if call.verdict in (Serving.HUNG, Serving.CRASHED):
+                return call, self.state, False
+            if for_s is not None and call.at - self.ready_at >= for_s:
                 return call, self.state, False
             self.watcher.source.sleep(poll_s)
 
@@ -184,6 +189,24 @@ class _Run:
         return state.verdict(now)
 
 
+def watch_container(
+    container, spec: LaunchSpec, limits: ServingLimits, *, for_s: float | None = None
+) -> tuple[Call, ServingState, bool]:
+    """watch_serving over a READY container the caller holds (the smoke suite's serving window)."""
+    from kit.launch import api_key_from_env
+    from kit.logs.limits import limits_from_spec
+    from kit.runtime.docker_source import DockerSource
+
+    source = DockerSource(container, port=spec.port)
+    try:
+        watcher = Watcher(source, limits_from_spec(spec))
+        return watch_serving(
+            watcher, limits, base_url=source.base_url, api_key=api_key_from_env(spec), for_s=for_s
+        )
+    finally:
+        source.close()
+
+
 def as_verdict(call: Call, state: ServingState, watcher: Watcher, now: float) -> Verdict:
     """The start-up verdict type a serving HUNG / CRASHED is reported as (rows, causes, bundle)."""
     tracker = watcher.tracker
@@ -203,4 +226,4 @@ def as_verdict(call: Call, state: ServingState, watcher: Watcher, now: float) ->
     )
 
 
-__all__ = ["Change", "Prober", "as_verdict", "describe_end", "watch_serving"]
+__all__ = ["Change", "Prober", "as_verdict", "describe_end", "watch_container", "watch_serving"]
