@@ -150,6 +150,10 @@ def attach(name_or_id: str) -> Container:
         try:
             return client().containers.get(name_or_id)
         except NotFound as exc:
+            # A Compose service's name (its container is PROJECT-SERVICE-1): the running one.
+            found = client().containers.list(filters={"label": f"com.docker.compose.service={name_or_id}"})
+            if len(found) == 1:
+                return found[0]
             raise InputError("CONTAINER", f"no container '{name_or_id}'", "see 'kit ps'") from exc
 
 
