@@ -102,6 +102,7 @@ def test_compose_services_key_lines():
     services = doc["services"]
     targets = ["qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen"]
     assert list(services) == [*targets, "qwen-base-watch"]  # the watcher last, under its profile
+    services = {name: services[name] for name in targets}  # the servers
     qwen = services["qwen-base"]
     assert qwen["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": 4, "capabilities": ["gpu"]}
