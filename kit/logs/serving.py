@@ -262,10 +262,13 @@ class ServingState:
         said = self.exit_lines[-1] if self.exit_lines else (self.fatal[1] if self.fatal else None)
         return f"{what}; the log: {said}" if said else what
 
-    def summary(self, now: float) -> dict:
-        """The serving counters for the result and the bundle."""
+    def summary(self, now: float, *, since: float | None = None) -> dict:
+        """The serving counters for the result and the bundle; `probe_points` are [seconds since
+        `since` (default: READY), latency, answered] for the picture."""
         latencies = [round(p.latency_s, 3) for p in self.probes if p.ok]
+        zero = self.started_at if since is None else since
         return {
+            "probe_points": [[round(p.sent_at - zero, 2), round(p.latency_s, 3), p.ok] for p in self.probes],
             "served_s": round(now - self.started_at, 1),
             "probes": len(self.probes),
             "probes_failed": sum(not p.ok for p in self.probes),

@@ -73,6 +73,10 @@ class UpResult:
     """Why NVML could not read the GPUs during the watch (a GPU lost): a fact, not a traceback."""
     serving: dict | None = None
     """With --serve: the watch after READY (its last verdict and why, probes, batches, ranks)."""
+    activity_series: tuple[dict, ...] = ()
+    """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
+    never_seen_ranks: tuple[str, ...] = ()
+    """Ranks the launch promised that printed nothing at all."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:

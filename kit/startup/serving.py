@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import httpx
 
 from kit.logs import Crashed, Hung, Verdict
+from kit.logs.activity import ActivitySample
 from kit.logs.events import Phase
 from kit.logs.serving import Call, Probe, Serving, ServingLimits, ServingState
 from kit.runtime.http import probe_health
@@ -114,11 +115,13 @@ def watch_serving(
     on_change: OnChange | None = None,
     poll_s: float = 0.5,
     for_s: float | None = None,
+    on_sample: Callable[[ActivitySample], None] | None = None,
 ) -> tuple[Call, ServingState, bool]:
     """Follow a READY server until HUNG or CRASHED, or until Ctrl-C / SIGTERM (a KeyboardInterrupt),
     or for `for_s` seconds (the smoke suite's serving window): the last call, the state it rests
     on, and whether the watch was interrupted."""
     run = _Run(watcher, limits, base_url, api_key, transport, on_change)
+    run.on_sample = on_sample
     try:
         return run.follow(poll_s, for_s)
     except KeyboardInterrupt:
@@ -143,6 +146,7 @@ class _Run:
         self.seen_lines = watcher.line_count
         self.last_sample = None
         self.next_probe = self.ready_at
+        self.on_sample: Callable[[ActivitySample], None] | None = None
 
     def follow(self, poll_s: float, for_s: float | None = None) -> tuple[Call, ServingState, bool]:
         first = True
@@ -174,6 +178,8 @@ class _Run:
         if progress.sample is not None and progress.sample is not self.last_sample:
             self.last_sample = progress.sample
             state = state.observe_sample(progress.sample)
+            if self.on_sample is not None:
+                self.on_sample(progress.sample)
         if watcher.final_state is not None and state.ended is None:
             state = state.observe_end(now, describe_end(watcher.final_state))
         prober = self.prober

@@ -12,6 +12,7 @@ from kit.diagnose.record import record_run
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
+from kit.logs.activity import SampleHistory, series_rows
 from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -77,6 +78,7 @@ def _result(
         "activity": tracker.activity(),
         "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
         "gpu_error": tracker.gpu_error,
+        "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
@@ -121,7 +123,14 @@ def follow_source(
     a READY server is then watched while it serves (kit/startup/serving.py) until it hangs or
     crashes, or until Ctrl-C / SIGTERM."""
     watcher = Watcher(source, limits, max_attempts=max_attempts)
-    verdict = watcher.run(on_progress)
+    history = SampleHistory()
+
+    def progressed(progress: Progress) -> None:
+        history.add(progress.sample)
+        if on_progress is not None:
+            on_progress(progress)
+
+    verdict = watcher.run(progressed)
     now = source.clock()
     stacks: dict[str, RankStack] = {}
     if isinstance(verdict, (Hung, Deadline)):
@@ -150,7 +159,8 @@ def follow_source(
                 result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
             )
     if serve is not None and result.verdict == "ready":
-        result, stacks = serve_ready(result, watcher, spec, serve, on_serving, inventory)
+        result, stacks = serve_ready(result, watcher, spec, serve, on_serving, inventory, history=history)
+    result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
         recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
@@ -173,6 +183,7 @@ def serve_ready(
     *,
     base_url: str | None = None,
     api_key: str | None = None,
+    history: SampleHistory | None = None,
 ) -> tuple[UpResult, dict[str, RankStack]]:
     """Watch a READY server while it serves. Ctrl-C / SIGTERM: the READY result with the serving
     counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for HUNG), to be recorded."""
@@ -187,9 +198,14 @@ def serve_ready(
         api_key=api_key,
         transport=source.http_transport(),
         on_change=on_change,
+        on_sample=None if history is None else history.add,
     )
     now = source.clock()
-    summary = {**state.summary(now), "verdict": call.verdict.value, "why": call.why}
+    summary = {
+        **state.summary(now, since=watcher.tracker.started_at),
+        "verdict": call.verdict.value,
+        "why": call.why,
+    }
     if call.verdict.value not in ("hung", "crashed"):
         return _replace(ready, serving=summary), {}
     verdict = as_verdict(call, state, watcher, now)
