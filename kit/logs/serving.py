@@ -56,6 +56,7 @@ class ServingLimits:
     probe_budget_s: float = 5.0
     error_window_s: float = 60.0
     crash_grace_s: float = 10.0
+    settle_s: float = 6.0  # a rank gone: how long to wait for the server's own end and lines
 
     def __post_init__(self) -> None:
         for name in ("probe_every_s", "probe_timeout_s", "probe_budget_s", "error_window_s"):
@@ -114,7 +115,8 @@ class ServingState:
     fatal: tuple[float, str] | None = None
     exit_lines: tuple[str, ...] = ()
     ranks: tuple[tuple[str, int, str], ...] = ()  # the last sample's rank processes
-    gone: tuple[tuple[str, int], ...] = ()  # ranks seen, then missing while the server ran
+    # Ranks seen, then missing (or a zombie) while the server ran: (rank, pid, since, how it ended).
+    gone: tuple[tuple[str, int, float, str], ...] = ()
     rank_cpu: tuple[tuple[str, float], ...] = ()
     samples: tuple[ActivitySample, ...] = ()
     ended: str | None = None
@@ -181,11 +183,14 @@ class ServingState:
         samples = (*self.samples, sample)[-16:]
         if sample.rank_processes is None:
             return replace(self, samples=samples, rank_cpu=sample.rank_cpu_seconds or self.rank_cpu)
-        now_seen = {rank for rank, _, state in sample.rank_processes if state != "zombie"}
+        alive = {rank for rank, _, state in sample.rank_processes if not state.startswith("zombie")}
+        zombies = {rank: state for rank, _, state in sample.rank_processes if state.startswith("zombie")}
         gone = list(self.gone)
         for rank, pid, _ in self.ranks:
-            if rank not in now_seen and all(rank != g for g, _ in gone):
-                gone.append((rank, pid))
+            if rank not in alive and all(rank != g[0] for g in gone):
+                # A zombie not yet reaped tells how it ended ("zombie: killed by SIGKILL").
+                how = zombies.get(rank, "").partition(": ")[2] or "exited"
+                gone.append((rank, pid, sample.t, how))
         return replace(
             self,
             samples=samples,
@@ -209,12 +214,18 @@ class ServingState:
     def verdict(self, now: float) -> Call:
         limits = self.limits
         if self.ended is not None:
-            return Call(Serving.CRASHED, self._crash_why(self.ended), now)
+            first = ", ".join(f"{rank} {how}" for rank, _, _, how in self.gone)
+            ended = f"{self.ended}; ranks gone first: {first}" if first else self.ended
+            return Call(Serving.CRASHED, self._crash_why(ended), now, tuple(g[0] for g in self.gone))
         if self.gone:
-            names = ", ".join(f"{rank} (pid {pid})" for rank, pid in self.gone)
-            return Call(
-                Serving.CRASHED, self._crash_why(f"rank {names} exited"), now, tuple(r for r, _ in self.gone)
-            )
+            names = ", ".join(f"{rank} (pid {pid}) {how}" for rank, pid, _, how in self.gone)
+            ranks = tuple(g[0] for g in self.gone)
+            waited = now - self.gone[0][2]
+            if waited < limits.settle_s:
+                # The server usually follows its rank within a second or two (SGLang kills the
+                # tree): wait that long for its exit and its own lines, which name it better.
+                return Call(Serving.DEGRADED, f"rank {names}; waiting for the server's account", now, ranks)
+            return Call(Serving.CRASHED, self._crash_why(f"rank {names}"), now, ranks)
         fatal = self.fatal
         if fatal is not None and self.last_progress_at <= fatal[0] and now - fatal[0] >= limits.crash_grace_s:
             return Call(Serving.CRASHED, f"{fatal[1]}; nothing served since", now)
@@ -277,7 +288,7 @@ class ServingState:
             "tokens_per_s": self.tokens_per_s,
             "errors": [line for _, line in self.errors[-5:]],
             "ranks": [{"rank": r, "pid": pid, "state": s} for r, pid, s in self.ranks],
-            "gone": [{"rank": r, "pid": pid} for r, pid in self.gone],
+            "gone": [{"rank": r, "pid": pid, "how": how} for r, pid, _, how in self.gone],
         }
 
 

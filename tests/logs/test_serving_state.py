@@ -106,10 +106,22 @@ def test_rank_gone_is_crashed_with_the_exit_sglang_logged():
     for event in parse_text(RANK_KILLED):
         state = state.observe_event(event, 9.0)
     state = state.observe_sample(ActivitySample(t=10, rank_processes=(RANKS[0],)))
-    call = state.verdict(10.0)
+    waiting = state.verdict(10.0)  # the server's own end usually follows within a second or two
+    assert waiting.verdict is Serving.DEGRADED and waiting.ranks == ("TP1",)
+    call = state.verdict(10.0 + LIMITS.settle_s)
     assert call.verdict is Serving.CRASHED
     assert call.ranks == ("TP1",)
     assert "TP1 (pid 101) exited" in call.why and "exit code -9" in call.why
+    ended = state.observe_end(12.0, "the server exited with code 137 (SIGKILL)").verdict(12.0)
+    assert ended.verdict is Serving.CRASHED and ended.ranks == ("TP1",)
+    assert "137 (SIGKILL); ranks gone first: TP1 exited" in ended.why
+
+
+def test_a_zombie_rank_is_gone_with_how_it_ended():
+    zombie = ("TP1", 101, "zombie: killed by SIGKILL")
+    state = ready().observe_sample(ActivitySample(t=3, rank_processes=(RANKS[0], zombie)))
+    call = state.verdict(3 + LIMITS.settle_s)
+    assert call.verdict is Serving.CRASHED and "TP1 (pid 101) killed by SIGKILL" in call.why
 
 
 def test_unknown_rank_processes_are_not_all_gone():
@@ -182,7 +194,8 @@ def test_properties(steps):
     call = state.verdict(t)
     # A rank seen and then missing is a crash, whatever else happened; a crash is never undone.
     if state.gone:
-        assert call.verdict is Serving.CRASHED
+        assert call.verdict in (Serving.CRASHED, Serving.DEGRADED)
+        assert state.verdict(t + LIMITS.settle_s).verdict is Serving.CRASHED
         assert state.verdict(t + 1000).verdict is Serving.CRASHED
     # HUNG only when a probe failed (or is overdue) and nothing was served since it was sent.
     if call.verdict is Serving.HUNG:
