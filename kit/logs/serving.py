@@ -238,6 +238,14 @@ class ServingState:
             if probe is not None and not probe.ok:
                 sent = probe.sent_at
                 timed_out = False
+                refused = self._refused_since()
+                if refused is not None:
+                    # Nothing listening (connection refused or dropped) is no hang by itself: the
+                    # server is going or gone, and its end decides; only after a whole deadline of
+                    # it is the server taken as not answering.
+                    if now - refused < limits.probe_timeout_s:
+                        return Call(Serving.DEGRADED, f"{probe.describe()}: not answering", now)
+                    sent = refused
             else:
                 sent = self.in_flight_since
             assert sent is not None
@@ -268,6 +276,16 @@ class ServingState:
                 now,
             )
         return Call(Serving.SERVING, probe.describe() if probe is not None else "ready", now)
+
+    def _refused_since(self) -> float | None:
+        """When the probes began failing without a word from the server (no HTTP status, no
+        timeout: refused or dropped connections), if the latest ones all did."""
+        since = None
+        for probe in reversed(self.probes):
+            if probe.ok or probe.status or (probe.error or "").startswith("no answer"):
+                break
+            since = probe.sent_at
+        return since
 
     def _crash_why(self, what: str) -> str:
         said = self.exit_lines[-1] if self.exit_lines else (self.fatal[1] if self.fatal else None)

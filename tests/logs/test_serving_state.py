@@ -89,6 +89,19 @@ def test_the_next_probe_in_flight_does_not_hide_a_failed_one():
     assert state.probe_answered(Probe(17.5, 18.5, 200)).verdict(19.0).verdict is Serving.SERVING
 
 
+def test_a_refused_probe_waits_for_the_servers_end_then_is_hung_after_a_deadline():
+    refused = "ConnectError: [Errno 111] Connection refused"
+    state = probe(ready(), 0, 1.0).probe_sent(5.0).probe_answered(Probe(5.0, 5.1, 0, refused))
+    assert state.verdict(6.0).verdict is Serving.DEGRADED  # the server's end decides (CRASHED)
+    assert (
+        state.observe_end(6.5, "the server exited with code 137 (SIGKILL)").verdict(7).verdict
+        is Serving.CRASHED
+    )
+    later = state.probe_sent(8.0).probe_answered(Probe(8.0, 8.1, 0, refused))
+    assert later.verdict(19.0).verdict is Serving.DEGRADED
+    assert later.verdict(20.5).verdict is Serving.HUNG  # a whole deadline of nothing listening
+
+
 def test_failed_probe_while_requests_are_served_is_degraded_not_hung():
     state = ready().probe_sent(0.0).observe_line(4.0, DECODE)
     call = state.verdict(16.0)
