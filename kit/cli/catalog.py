@@ -351,15 +351,26 @@ def render_compose(
 @target_options
 @gpus_option
 @gpu_access_option("auto")
+@click.option(
+    "--watcher", is_flag=True, help="The companion unit instead: `kit watch --serve` on the server."
+)
 def render_systemd(
-    target: str, image: str | None, overrides: tuple[str, ...], gpus: str | None, gpu_access: str
+    target: str,
+    image: str | None,
+    overrides: tuple[str, ...],
+    gpus: str | None,
+    gpu_access: str,
+    watcher: bool,
 ) -> None:
-    """A systemd unit that runs the server container in the foreground (as `kit render docker`)."""
+    """A systemd unit that runs the server container in the foreground (as `kit render docker`);
+    --watcher: its companion that watches it while it serves (docs/serving.md)."""
     from kit.render.docker import chosen_way
-    from kit.render.systemd import render_systemd
+    from kit.render.systemd import render_systemd, render_systemd_watcher
 
     spec = _spec(target, image, overrides, host_gpus=True, gpus=gpus)
-    _print(render_systemd(spec, way=chosen_way(spec, gpu_access)))
+    _print(
+        render_systemd_watcher(spec) if watcher else render_systemd(spec, way=chosen_way(spec, gpu_access))
+    )
 
 
 @exits(*PLAIN)

@@ -8,6 +8,7 @@ from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
+from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
 
@@ -134,13 +135,28 @@ def fault_option(help: str):
 @first_token_option(True, "the server is the kit's own")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
+@serve_options
 def up(
-    target, image, overrides, gpus, no_validate, fault, keep, first_token, as_json, deadline, stall, strict
+    target,
+    image,
+    overrides,
+    gpus,
+    no_validate,
+    fault,
+    keep,
+    first_token,
+    as_json,
+    deadline,
+    stall,
+    strict,
+    serve,
 ) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
     A stage past its deadline that still moves is reported and followed on (READY with the stage
     named); the container is removed afterwards unless --keep, and never for a passed deadline.
+    With --serve it is watched while it serves until it hangs or crashes (a bundle; HUNG or CRASHED)
+    or until Ctrl-C / SIGTERM, then removed.
     """
     from kit.launch import api_key_from_env
     from kit.model import require_model
@@ -169,6 +185,8 @@ def up(
             on_start=lambda s: view.started(s.name, s.url),
             first_token=first_token,
             deadline_policy=_policy(strict),
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json)
 
@@ -210,8 +228,21 @@ def up(
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
+@serve_options
 def watch(
-    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall, strict
+    container,
+    pid,
+    unit,
+    log_file,
+    target,
+    image,
+    first_token,
+    max_attempts,
+    as_json,
+    deadline,
+    stall,
+    strict,
+    serve,
 ):
     """Follow CONTAINER's start-up (e.g. started by compose) to a verdict; never removes it.
 
@@ -219,7 +250,7 @@ def watch(
     come from --target, else the defaults. Under a restart policy (systemd, Compose `restart:
     on-failure`) a crash is not the end: the watch follows the next launch attempt, up to
     --attempts, and judges the last one. --first-token times one chat request at READY, as `kit up`
-    does by default."""
+    does by default. --serve keeps watching after READY (never stopping the server)."""
     from kit.errors import InputError
     from kit.launch import resolve
 
@@ -237,6 +268,7 @@ def watch(
             deadline,
             stall,
             strict,
+            serve=serve,
         )
         return
     if not container:
@@ -263,12 +295,26 @@ def watch(
             first_token=first_token,
             max_attempts=max_attempts,
             deadline_policy=_policy(strict),
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json)
 
 
 def _watch_host(
-    container, pid, unit, log_file, target, image, first_token, max_attempts, as_json, deadline, stall, strict
+    container,
+    pid,
+    unit,
+    log_file,
+    target,
+    image,
+    first_token,
+    max_attempts,
+    as_json,
+    deadline,
+    stall,
+    strict,
+    serve=None,
 ):
     """kit watch --pid/--unit: the host source's flow (kit/startup/host.py)."""
     from kit.errors import InputError
@@ -302,6 +348,8 @@ def _watch_host(
             first_token=first_token,
             max_attempts=max_attempts,
             deadline_policy=_policy(strict),
+            serve=serve,
+            on_serving=view.serving,
         )
     _finish(result, as_json, container=False)
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import kit
 from kit.diagnose.fingerprint import known, show_value
-from kit.diagnose.picture import startup_svg
+from kit.diagnose.picture import svg_of_result
 from kit.diagnose.redact import Redactor
 from kit.errors import InputError
 
@@ -326,9 +326,7 @@ def build_members(bundle: BundleInput, redactor: Redactor) -> dict[str, bytes]:
         "log/server.log": log.encode("utf-8", "replace"),
     }
     title = f"{result.get('target')} on {result.get('image')}: {headline(result)}"
-    svg = startup_svg(
-        result.get("timeline") or [], title=title, verdict=headline(result), verdict_at_s=verdict_at(result)
-    )
+    svg = svg_of_result(result, title=title, verdict=headline(result), verdict_at_s=verdict_at(result))
     members["startup.svg"] = redactor.text(svg).encode("utf-8")
     for rank, lines in sorted(rank_tails(log).items()):
         members[f"log/tails/{rank_file(rank)}"] = ("\n".join(lines) + "\n").encode("utf-8", "replace")

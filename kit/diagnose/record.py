@@ -38,7 +38,7 @@ from kit.diagnose.bundle import (
     verdict_at,
     write_bundle,
 )
-from kit.diagnose.picture import startup_svg
+from kit.diagnose.picture import svg_of_result
 from kit.diagnose.redact import Redactor
 from kit.errors import InputError, KitError
 from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
@@ -174,8 +174,8 @@ def write_run_folder(
     (folder / "fingerprint.json").write_text(redactor.literal(fingerprint_text), encoding="utf-8")
     if lock_text is not None:
         (folder / "lock.txt").write_text(redactor.text(lock_text), encoding="utf-8")
-    svg = startup_svg(
-        masked.get("timeline") or [],
+    svg = svg_of_result(
+        masked,
         title=f"{masked.get('target')} on {masked.get('image')}",
         verdict=str(masked.get("verdict")),
         verdict_at_s=verdict_at(masked),

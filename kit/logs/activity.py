@@ -21,6 +21,7 @@ that logs an error and goes on is never removed on the strength of one line.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -41,6 +42,10 @@ class ActivitySample:
     rank_cpu_seconds: tuple[tuple[str, float], ...] = ()
     # Why the GPUs could not be read (NVML: a GPU lost after a hang): a fact for the verdict.
     gpu_error: str | None = None
+    # Each scheduler rank's process as (rank, pid, state: running, sleeping, stopped, zombie, ...);
+    # None where the source cannot see them. After READY a rank missing here has exited and a
+    # stopped one (SIGSTOP, a debugger) serves nothing (kit/logs/serving.py).
+    rank_processes: tuple[tuple[str, int, str], ...] | None = None
 
 
 def _delta(before: float | None, after: float | None) -> float:
@@ -244,3 +249,52 @@ def _with_shape(summary: ActivitySummary, ranks: int) -> ActivitySummary:
         )
         shape = "spinning" if spinning else "quiet" if quiet else None
     return replace(summary, shape=shape)
+
+
+# -- the activity over the whole watch, for the picture ---------------------------------------------
+
+
+class SampleHistory:
+    """Every sample of a watch, at most `keep`: when full, every other one is dropped (the picture
+    keeps its whole span at a coarser step). Oldest first."""
+
+    def __init__(self, keep: int = 240):
+        self.keep = keep
+        self.samples: list[ActivitySample] = []
+
+    def add(self, sample: ActivitySample | None) -> None:
+        if sample is None or (self.samples and sample.t <= self.samples[-1].t):
+            return
+        self.samples.append(sample)
+        if len(self.samples) > self.keep:
+            self.samples = [*self.samples[:-1:2], self.samples[-1]]
+
+
+def series_rows(samples: Sequence[ActivitySample], started_at: float) -> tuple[dict, ...]:
+    """Rates between consecutive samples, at the later one's time (seconds since `started_at`):
+    CPU cores per rank (or the server's), reads MB/s, GPU memory GiB, compile MB written."""
+    rows = []
+    for before, after in itertools.pairwise(samples):
+        dt = after.t - before.t
+        if dt <= 0:
+            continue
+        earlier = dict(before.rank_cpu_seconds)
+        cpu = {
+            rank: round(_delta(earlier[rank], s) / dt, 3)
+            for rank, s in after.rank_cpu_seconds
+            if rank in earlier
+        }
+        if not cpu and before.cpu_seconds is not None and after.cpu_seconds is not None:
+            cpu = {"all": round(_delta(before.cpu_seconds, after.cpu_seconds) / dt, 3)}
+        rows.append(
+            {
+                "t": round(after.t - started_at, 2),
+                "cpu": cpu,
+                "read_mb_s": round(_delta(before.read_bytes, after.read_bytes) / 1e6 / dt, 3),
+                "gpu_mem_gib": None
+                if after.gpu_mem_bytes is None
+                else round(after.gpu_mem_bytes / (1 << 30), 3),
+                "compile_mb": round(_delta(before.compile_bytes, after.compile_bytes) / 1e6, 3),
+            }
+        )
+    return tuple(rows)

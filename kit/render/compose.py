@@ -80,6 +80,12 @@ def header(specs: Sequence[LaunchSpec]) -> str:
         )
     elif any(spec.gpus for spec in specs):
         lines.append("# GPU services carry the profile `gpu`: name them (or pass --profile gpu).")
+    for spec in specs:
+        if spec.target in WATCHED:
+            lines.append(
+                f"# Watch {spec.target} while it serves (bundles in the volume {BUNDLE_VOLUME}):\n"
+                f"#   docker compose --profile gpu --profile watch up {spec.target}-watch -d"
+            )
     return _TOP + "\n".join(lines) + "\n"
 
 
@@ -186,6 +192,37 @@ def compose_service(
     return service
 
 
+# Compose's optional watcher (profile `watch`): `kit watch SERVICE --serve` on these services, in
+# an image of the kit itself (images/watch.Dockerfile), bundles in a named volume (docs/serving.md).
+WATCHED = ("qwen-base",)
+WATCH_IMAGE = "kit/watch:local"
+BUNDLE_VOLUME = "kit-bundles"
+WATCH_CACHE = "/var/lib/kit"
+
+
+def watcher_service(spec: LaunchSpec, context: str = ".") -> dict[str, Any]:
+    """`kit watch TARGET --serve` beside the server's service: it reaches the published port and the
+    ranks' processes as the host sees them (host network and PID namespace, the engine's socket),
+    never stops the server, and writes a bundle on HUNG or CRASHED; Compose restarts it after."""
+    return {
+        "image": WATCH_IMAGE,
+        "build": {
+            "context": context,
+            "dockerfile": "images/watch.Dockerfile",
+            "labels": {LABEL_MANAGED: "image"},
+        },
+        "pull_policy": "never",
+        "profiles": ["watch"],
+        "command": ["watch", spec.target, "--target", spec.target, "--serve"],
+        "network_mode": "host",
+        "pid": "host",
+        "environment": {"KIT_CACHE_DIR": WATCH_CACHE},
+        "volumes": ["/var/run/docker.sock:/var/run/docker.sock", f"{BUNDLE_VOLUME}:{WATCH_CACHE}"],
+        "depends_on": {spec.target: {"condition": "service_started"}},
+        "restart": "on-failure",
+    }
+
+
 def compose_document(
     specs: Sequence[LaunchSpec],
     host_ports: dict[str, int] | None = None,
@@ -201,15 +238,19 @@ def compose_document(
     """
     ports = host_ports or {spec.target: 30000 + i for i, spec in enumerate(specs)}
     ways = ways or {}
-    return {
-        "services": {
-            spec.target: compose_service(
-                spec, host_port=ports.get(spec.target), context=context, way=ways.get(spec.target)
-            )
-            for spec in specs
-        },
-        "volumes": {volume_name(): {"name": volume_name()}},
+    services = {
+        spec.target: compose_service(
+            spec, host_port=ports.get(spec.target), context=context, way=ways.get(spec.target)
+        )
+        for spec in specs
     }
+    volumes = {volume_name(): {"name": volume_name()}}
+    watched = [spec for spec in specs if spec.target in WATCHED]
+    for spec in watched:
+        services[f"{spec.target}-watch"] = watcher_service(spec, context)
+    if watched:
+        volumes[BUNDLE_VOLUME] = {"name": BUNDLE_VOLUME}
+    return {"services": services, "volumes": volumes}
 
 
 def render_compose(

@@ -89,3 +89,39 @@ def _wrapped(argv: list[str], docker: str) -> list[str]:
             out.append(item)
             i += 1
     return out
+
+
+def watcher_unit_name(spec: LaunchSpec) -> str:
+    return f"{unit_name(spec)}-watch"
+
+
+def render_systemd_watcher(spec: LaunchSpec, *, kit: str = "/usr/local/bin/kit") -> str:
+    """The companion unit: `kit watch --serve` on the server unit's container (docs/serving.md).
+
+    It watches the container by name rather than with `--unit`: the server unit's main process is
+    the docker client, and the server's ranks live in the container. It never stops the server; on
+    HUNG or CRASHED it writes a bundle under /var/lib/kit (StateDirectory) and exits 4 / 1, and
+    systemd starts it again to watch the server's next run."""
+    name = unit_name(spec)
+    argv = [kit, "watch", name, "--target", spec.target, "--serve"]
+    lines = [
+        f"# {watcher_unit_name(spec)}.service, from `kit render systemd --watcher`: watches {name}.service",
+        f"# Install beside {name}.service: copy to /etc/systemd/system/; bundles in /var/lib/kit/bundles.",
+        "[Unit]",
+        f"Description=kit watch --serve for {name} (HUNG and CRASHED bundles)",
+        f"After={name}.service",
+        f"PartOf={name}.service",
+        "",
+        "[Service]",
+        "Type=simple",
+        "StateDirectory=kit",
+        "Environment=KIT_CACHE_DIR=/var/lib/kit",
+        # The container may not exist yet (the server unit removes and starts it): try again.
+        f"ExecStart={' '.join(_systemd_quote(arg) for arg in argv)}",
+        "Restart=always",
+        "RestartSec=30",
+        "",
+        "[Install]",
+        f"WantedBy={name}.service",
+    ]
+    return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -203,6 +204,40 @@ def rank_cpu_seconds(processes: list[psutil.Process]) -> tuple[tuple[str, float]
     return tuple(sorted(found.items()))
 
 
+def zombie_exit(pid: int, proc: Path = Path("/proc")) -> str:
+    """How an exited process not yet reaped ended, from /proc/PID/stat's last field (exit_code,
+    Linux 3.5+, as waitpid reports it): 'killed by SIGKILL', 'exit code 1'."""
+    try:
+        code = int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[-1])
+    except (OSError, ValueError, IndexError):
+        return "exited"
+    if code & 0x7F:
+        try:
+            return f"killed by {signal.Signals(code & 0x7F).name}"
+        except ValueError:
+            return f"killed by signal {code & 0x7F}"
+    return f"exit code {code >> 8}"
+
+
+def rank_processes(processes: list[psutil.Process]) -> tuple[tuple[str, int, str], ...] | None:
+    """(rank, pid, state) of each scheduler rank's process (psutil's status: running, sleeping,
+    stopped, zombie, ...); None when the host sees no process at all (unknown, not "all gone")."""
+    if not processes:
+        return None
+    found = []
+    for proc in processes:
+        try:
+            rank = rank_of_process(" ".join(proc.cmdline()))
+            if rank is not None:
+                status = str(proc.status())
+                if status == psutil.STATUS_ZOMBIE:
+                    status = f"zombie: {zombie_exit(proc.pid)}"
+                found.append((rank, proc.pid, status))
+        except (psutil.Error, OSError):
+            continue
+    return tuple(sorted(found))
+
+
 class DockerSource:
     """Source over a running (or restarting) container. `gpus` is NVML where the host has it."""
 
@@ -294,6 +329,7 @@ class DockerSource:
             compilers=compilers_running(tree),
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
+            rank_processes=rank_processes(tree),
         )
 
     def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:

@@ -189,3 +189,24 @@ def health(
         return server_get(base_url + path, timeout_s=timeout_s, headers=_auth(api_key)).status_code
     except httpx.HTTPError:
         return 0
+
+
+def probe_health(
+    base_url: str,
+    path: str = "/health_generate",
+    *,
+    timeout_s: float = 25.0,
+    api_key: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> tuple[int, str | None]:
+    """(HTTP status, why there is none): one health probe; status 0 when nothing answered in time.
+
+    SGLang's /health_generate sends a one-token request through the scheduler and answers 200 once
+    anything comes back, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (srt/entrypoints/http_server.py)."""
+    try:
+        with httpx.Client(timeout=_timeout(timeout_s), transport=transport) as http:
+            return http.get(base_url + path, headers=_auth(api_key)).status_code, None
+    except httpx.TimeoutException:
+        return 0, f"no answer within {timeout_s:.0f} s"
+    except httpx.HTTPError as exc:
+        return 0, f"{type(exc).__name__}: {exc}"[:200]

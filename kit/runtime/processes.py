@@ -14,6 +14,7 @@ permission (root, CAP_SYS_PTRACE, or kernel.yama.ptrace_scope 0 for one's own pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -330,6 +331,16 @@ def dump_stack(pid: int, timeout_s: int = _PY_SPY_TIMEOUT_S) -> str:
         return f"(no stack: py-spy dump --pid {pid} did not answer within {timeout_s} s)"
     except OSError as exc:
         return f"(no stack: py-spy could not be run: {exc.strerror or exc})"
+    if done.returncode != 0 and "Failed to suspend" in (done.stderr or done.stdout):
+        # A stopped process (SIGSTOP, a debugger): read it without suspending (it is not running).
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            done = subprocess.run(
+                [tool, "dump", "--nonblocking", "--pid", str(pid)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
     if done.returncode == 0:
         return done.stdout
     said = (done.stderr or done.stdout).strip()

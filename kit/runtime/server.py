@@ -150,6 +150,10 @@ def attach(name_or_id: str) -> Container:
         try:
             return client().containers.get(name_or_id)
         except NotFound as exc:
+            # A Compose service's name (its container is PROJECT-SERVICE-1): the running one.
+            found = client().containers.list(filters={"label": f"com.docker.compose.service={name_or_id}"})
+            if len(found) == 1:
+                return found[0]
             raise InputError("CONTAINER", f"no container '{name_or_id}'", "see 'kit ps'") from exc
 
 
@@ -181,6 +185,12 @@ def list_processes(container: Container) -> dict[int, str]:
 
 def dump_stack(container: Container, pid: int, timeout_s: int = 20) -> str:
     code, out = exec_text(container, ["py-spy", "dump", "--pid", str(pid)], timeout_s=timeout_s)
+    if code != 0 and "Failed to suspend" in out:
+        # A stopped process (SIGSTOP, a debugger) cannot be suspended by py-spy's ptrace; read it
+        # without suspending: it is not running, so the stack is consistent.
+        code, out = exec_text(
+            container, ["py-spy", "dump", "--nonblocking", "--pid", str(pid)], timeout_s=timeout_s
+        )
     return out if code == 0 else f"(py-spy dump failed with exit code {code}: {out.strip()[-300:]})"
 
 

@@ -23,7 +23,8 @@ from kit.runtime.nvml import open_nvml, read_inventory
 from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
-from kit.startup.up import _result, collect_stacks
+from kit.startup.serving import OnChange, ServingLimits
+from kit.startup.up import _result, collect_stacks, serve_ready
 from kit.startup.watch import Progress, Watcher
 
 
@@ -74,9 +75,12 @@ def run_watch_host(
     first_token: bool = False,
     max_attempts: int = 3,
     deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Follow host processes to a verdict; on one other than READY record the runs folder and bundle.
-    A stage past its deadline is reported and followed on unless `deadline_policy` says VERDICT."""
+    A stage past its deadline is reported and followed on unless `deadline_policy` says VERDICT.
+    With `serve`, a READY server is then watched while it serves (never stopped)."""
     # A wrapper PID (docker-init, tini, a shell, uv run, conda run) leads to the launcher under it.
     launcher = procs.find_launcher(what.pid) if what.pid is not None else None
     argv = procs.read_cmdline(launcher or what.pid) if what.pid is not None else None
@@ -110,6 +114,20 @@ def run_watch_host(
             result = dataclasses.replace(result, notes=(note, *result.notes))
         if isinstance(verdict, Ready) and first_token:
             result = _first_token(result, argv, limits)
+        if serve is not None and result.verdict == "ready":
+            facts = _launch_facts(argv)
+            result, stacks = serve_ready(
+                result,
+                watcher,
+                spec,
+                serve,
+                on_serving,
+                inventory,
+                base_url=facts.base_url,
+                api_key=facts.api_key,
+            )
+            if result.serving and result.verdict == "crashed":
+                result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
         if result.verdict != "ready":
             pid = source.where.main_pid() or main
             recorded = record_run(
@@ -132,6 +150,12 @@ def run_watch_host(
         source.close()
         if gpus is not None:
             gpus.close()
+
+
+def _launch_facts(argv: list[str]):
+    from kit.diagnose.hostenv import launch_facts
+
+    return launch_facts(argv)
 
 
 def _device(argv: list[str] | None) -> str:

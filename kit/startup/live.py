@@ -173,6 +173,28 @@ class LiveView:
             else:
                 self._say(progress, f"{overrun.describe()}; followed on to READY, HUNG or CRASHED")
 
+    def serving(self, change) -> None:
+        """A new verdict while serving (kit/startup/serving.py Change): one live line each."""
+        call = change.call
+        if self.as_json:
+            emit_json(
+                {
+                    "type": "serving",
+                    "t": round(change.since_ready_s, 3),
+                    "verdict": call.verdict.value,
+                    "why": call.why,
+                    "ranks": list(call.ranks),
+                }
+            )
+            return
+        style = {"serving": "green", "degraded": "yellow"}.get(call.verdict.value, "bold red")
+        self.console.print(
+            Text(
+                f"{change.since_ready_s:7.1f} s after READY  {call.verdict.value.upper()}: {call.why}",
+                style=style,
+            )
+        )
+
     def _new_attempt(self, progress: Progress) -> None:
         """A supervisor started the server again: its milestones and stages begin anew."""
         self._attempt = progress.attempt

@@ -75,6 +75,12 @@ class UpResult:
     deadlines_passed: tuple[DeadlineRow, ...] = ()
     """Stages that ran past their deadline while still moving and were followed on (kit up, kit
     watch): news in the result, never the verdict (kit/startup/overrun.py)."""
+    serving: dict | None = None
+    """With --serve: the watch after READY (its last verdict and why, probes, batches, ranks)."""
+    activity_series: tuple[dict, ...] = ()
+    """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
+    never_seen_ranks: tuple[str, ...] = ()
+    """Ranks the launch promised that printed nothing at all."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
@@ -189,6 +195,9 @@ def explain_ranks(
 
 def headline(result: UpResult) -> str:
     phase = f" in {result.phase}" if result.phase else ""
+    if result.serving is not None:
+        word = result.serving.get("verdict", "serving").upper()
+        return f"{word} (serving {result.serving.get('served_s', 0):.0f} s): {result.serving.get('why')}"
     if result.verdict == "ready":
         ttft = f"; first token {result.first_token_s:.2f} s" if result.first_token_s is not None else ""
         late = sorted({row.phase for row in result.deadlines_passed})

@@ -12,6 +12,7 @@ from kit.diagnose.record import record_run
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
+from kit.logs.activity import SampleHistory, series_rows
 from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -32,6 +33,7 @@ from kit.startup.result import (
     verdict_name,
 )
 from kit.startup.server import start_server
+from kit.startup.serving import OnChange, ServingLimits, as_verdict, watch_serving
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -79,6 +81,7 @@ def _result(
         "activity": tracker.activity(),
         "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
         "gpu_error": tracker.gpu_error,
+        "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
@@ -89,7 +92,7 @@ def _result(
             quiet_for_s=round(verdict.quiet_for_s, 1),
             stuck_ranks=verdict.stuck_ranks,
             evidence=verdict.evidence,
-            limit_s=tracker.limits.stall_window_s.of(tracker.stage),
+            limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
         )
     elif isinstance(verdict, Deadline):
         fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
@@ -132,13 +135,24 @@ def follow_source(
     inventory: GpuInventory | None = None,
     max_attempts: int = 3,
     deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Follow a server to its verdict; at READY time the first token, else diagnose.
 
     A stage past its deadline is reported and followed on (DeadlinePolicy.REPORT), or ends the watch
-    with DEADLINE where the deadline is what is tested (DeadlinePolicy.VERDICT: the smoke tests)."""
+    with DEADLINE where the deadline is what is tested (DeadlinePolicy.VERDICT: the smoke tests).
+    With `serve`, a READY server is then watched while it serves (kit/startup/serving.py) until it
+    hangs or crashes, or until Ctrl-C / SIGTERM."""
     watcher = Watcher(source, limits, max_attempts=max_attempts, deadline_policy=deadline_policy)
-    verdict = watcher.run(on_progress)
+    history = SampleHistory()
+
+    def progressed(progress: Progress) -> None:
+        history.add(progress.sample)
+        if on_progress is not None:
+            on_progress(progress)
+
+    verdict = watcher.run(progressed)
     now = source.clock()
     stacks: dict[str, RankStack] = {}
     if isinstance(verdict, (Hung, Deadline)):
@@ -166,6 +180,9 @@ def follow_source(
             result = _replace(
                 result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
             )
+    if serve is not None and result.verdict == "ready":
+        result, stacks = serve_ready(result, watcher, spec, serve, on_serving, inventory, history=history)
+    result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
         recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
@@ -178,6 +195,51 @@ def follow_source(
     return result
 
 
+def serve_ready(
+    ready: UpResult,
+    watcher: Watcher,
+    spec: LaunchSpec | None,
+    limits: ServingLimits,
+    on_change: OnChange | None,
+    inventory: GpuInventory | None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    history: SampleHistory | None = None,
+) -> tuple[UpResult, dict[str, RankStack]]:
+    """Watch a READY server while it serves. Ctrl-C / SIGTERM: the READY result with the serving
+    counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for HUNG), to be recorded."""
+    source = watcher.source
+    if base_url is None:
+        base_url = source.base_url
+        api_key = api_key_from_env(spec) if spec is not None else None
+    call, state, _interrupted = watch_serving(
+        watcher,
+        limits,
+        base_url=base_url,
+        api_key=api_key,
+        transport=source.http_transport(),
+        on_change=on_change,
+        on_sample=None if history is None else history.add,
+    )
+    now = source.clock()
+    summary = {
+        **state.summary(now, since=watcher.tracker.started_at),
+        "verdict": call.verdict.value,
+        "why": call.why,
+    }
+    if call.verdict.value not in ("hung", "crashed"):
+        return _replace(ready, serving=summary), {}
+    verdict = as_verdict(call, state, watcher, now)
+    stacks = collect_stacks(source) if isinstance(verdict, Hung) else {}
+    device = spec.device if spec is not None else "cpu"
+    result = _result(
+        ready.target, ready.image, ready.container, verdict, watcher, now, stacks, device, gpus=inventory
+    )
+    keep = {k: getattr(ready, k) for k in ("startup_s", "first_token_s", "first_token_endpoint", "reply")}
+    return _replace(result, exception=call.why, serving=summary, **keep), stacks
+
+
 def follow_container(
     container: Container,
     spec: LaunchSpec,
@@ -188,6 +250,8 @@ def follow_container(
     on_progress: ProgressCallback | None = None,
     max_attempts: int = 3,
     deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """`follow_source` over a container: NVML where the launch uses GPUs, the host's inventory."""
     gpus = open_nvml() if spec.device == "cuda" else None
@@ -204,6 +268,8 @@ def follow_container(
             max_attempts=max_attempts,
             inventory=inventory,
             deadline_policy=deadline_policy,
+            serve=serve,
+            on_serving=on_serving,
         )
         lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
         return _replace(result, notes=(*result.notes, lost)) if lost else result
@@ -227,6 +293,8 @@ def run_up(
     on_start: Callable[[runtime.RunningServer], None] | None = None,
     first_token: bool = True,
     deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Start the target's container, follow it to a verdict, measure the first token, clean up.
 
@@ -246,6 +314,8 @@ def run_up(
             first_token=first_token,
             on_progress=on_progress,
             deadline_policy=deadline_policy,
+            serve=serve,
+            on_serving=on_serving,
         )
     except KeyboardInterrupt:
         result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
@@ -271,6 +341,8 @@ def run_watch(
     first_token: bool = False,
     max_attempts: int = 3,
     deadline_policy: DeadlinePolicy = DeadlinePolicy.REPORT,
+    serve: ServingLimits | None = None,
+    on_serving: OnChange | None = None,
 ) -> UpResult:
     """Follow a container someone else started (compose, systemd); it is never removed here.
 
@@ -287,6 +359,8 @@ def run_watch(
             on_progress=on_progress,
             max_attempts=max_attempts,
             deadline_policy=deadline_policy,
+            serve=serve,
+            on_serving=on_serving,
         )
     except KeyboardInterrupt:
         return UpResult(spec.target, spec.image, container.name, "interrupted", int(ExitCode.INTERRUPTED))

@@ -5,12 +5,10 @@ the window early and is named from the server's own log: its last exception, wit
 
 from __future__ import annotations
 
+import threading
 import time
 
-import httpx
-
 from kit.errors import CheckFailed
-from kit.runtime.http import server_get
 from kit.spec import LaunchSpec
 from kit.testing import answers
 from kit.testing.checks import CheckResult
@@ -51,40 +49,64 @@ def _logs(container) -> str:
 
 
 def serving_window(base_url: str, spec: LaunchSpec, container, seconds: float | None = None) -> CheckResult:
-    """Back-to-back short greedy requests for the window; alive (running, /health 200) at its end."""
+    """Back-to-back short greedy requests for the window while the serving watcher (kit up --serve's
+    own, kit/startup/serving.py) follows the container: it must end the window SERVING (or
+    DEGRADED with no failed request), never HUNG or CRASHED."""
+    from kit.logs.serving import Serving, ServingLimits
+    from kit.startup.serving import watch_container
     from kit.testing.speculative import smoke_of
 
     window = seconds if seconds is not None else smoke_of(spec).serving_window_s
     name = f"serving for {window:g} s"
     started = time.monotonic()
-    served, failures = 0, []
-    while time.monotonic() - started < window:
-        state, code = _status(container)
-        if state != "running":
-            detail = f"crashed after {served} requests: {name_crash(_logs(container), code)}"
-            return CheckResult(name, False, detail, time.monotonic() - started)
-        try:
-            answers.greedy(
-                base_url,
-                spec,
-                8,
-                prompt=f"Request {served}:",
-                timeout_s=spec.timing.deadlines["first_token"] + 60,
-            )
-            served += 1
-        except CheckFailed as exc:
-            failures.append(exc.one_line())
-            time.sleep(1.0)
-    state, code = _status(container)
-    elapsed = time.monotonic() - started
-    if state != "running":
-        return CheckResult(name, False, f"crashed: {name_crash(_logs(container), code)}", elapsed)
+    stop = threading.Event()
+    load = _Load(base_url, spec, stop)
+    sender = threading.Thread(target=load.run, name="kit-serving-window", daemon=True)
+    sender.start()
+    limits = ServingLimits(probe_every_s=max(1.0, min(5.0, window / 3)))
     try:
-        health = server_get(f"{base_url}/health", headers=answers._headers(spec)).status_code
-    except httpx.HTTPError as exc:
-        health = f"{type(exc).__name__}"  # type: ignore[assignment]
-    ok = health == 200 and served > 0 and not failures
-    detail = f"{served} requests, {len(failures)} failed, /health {health}"
+        call, state, _ = watch_container(container, spec, limits, for_s=window)
+    finally:
+        stop.set()
+        sender.join(timeout=spec.timing.deadlines["first_token"] + 90)
+    elapsed = time.monotonic() - started
+    served, failures = load.served, load.failures
+    if call.verdict is Serving.CRASHED:
+        _, code = _status(container)
+        detail = f"crashed after {served} requests: {name_crash(_logs(container), code)} ({call.why})"
+        return CheckResult(name, False, detail, elapsed)
+    if call.verdict is Serving.HUNG:
+        return CheckResult(name, False, f"hung after {served} requests: {call.why}", elapsed)
+    probes = state.summary(time.monotonic())
+    ok = served > 0 and not failures
+    detail = (
+        f"{served} requests, {len(failures)} failed, {call.verdict.value}: {call.why}; "
+        f"{probes['probes']} probes, {probes['probes_failed']} failed"
+    )
     if failures:
         detail += f"; first failure: {failures[0][:100]}"
     return CheckResult(name, ok, detail, elapsed)
+
+
+class _Load:
+    """Short greedy requests back to back until `stop`."""
+
+    def __init__(self, base_url: str, spec: LaunchSpec, stop: threading.Event):
+        self.base_url, self.spec, self.stop = base_url, spec, stop
+        self.served = 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                answers.greedy(
+                    self.base_url,
+                    self.spec,
+                    8,
+                    prompt=f"Request {self.served}:",
+                    timeout_s=self.spec.timing.deadlines["first_token"] + 60,
+                )
+                self.served += 1
+            except CheckFailed as exc:
+                self.failures.append(exc.one_line())
+                self.stop.wait(1.0)

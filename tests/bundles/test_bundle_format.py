@@ -137,3 +137,36 @@ def test_the_summary_says_what_happened_who_waits_and_how_to_replay():
     assert "**TP0** waiting: rendezvous" in text and "**TP1** missing: planted-fault" in text
     assert "kit repro kit-tiny-x-hung.tar.gz" in text
     assert "versions: sglang unknown" in text  # no fingerprint: said, not guessed
+
+
+def test_the_picture_draws_the_activity_a_never_seen_rank_and_earlier_attempts():
+    from kit.diagnose.picture import svg_of_result
+    from kit.logs.activity import ActivitySample, series_rows
+
+    samples = [
+        ActivitySample(
+            t=100 + i * 2, cpu_seconds=i * 1.0, read_bytes=i * 10**7, rank_cpu_seconds=(("TP0", i * 0.9),)
+        )
+        for i in range(6)
+    ]
+    result = {
+        "timeline": HUNG_RESULT["timeline"],
+        "activity_series": list(series_rows(samples, 100.0)),
+        "serving": {"probe_points": [[20.0, 1.1, True], [30.0, 12.0, False]]},
+        "never_seen_ranks": ["TP3"],
+        "earlier_attempts": ["CRASHED in load"],
+    }
+    title = "tiny on img: HUNG in init"
+    svg = svg_of_result(result, title=title, verdict="HUNG in init", verdict_at_s=53.5)
+    root = ET.fromstring(svg)
+    rects = list(root.iter("{http://www.w3.org/2000/svg}rect"))
+    rows = {r.get("data-row") for r in rects if r.get("class") == "activity"}
+    assert rows == {"cpu TP0", "read MB/s", "probe s"}  # rows that never moved are left out
+    assert [r.get("data-rank") for r in rects if r.get("class") == "never-seen"] == ["TP3"]
+    failed = [r for r in rects if r.get("data-row") == "probe s" and r.get("fill") == "#c62828"]
+    assert len(failed) == 1
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "earlier launch attempts: CRASHED in load" in texts
+    assert texts.count("HUNG in init") == 0 and texts.count(title) == 1  # the title is not repeated
+    plain = ET.fromstring(svg_of_result({"timeline": HUNG_RESULT["timeline"]}, title="t", verdict="HUNG"))
+    assert [t.text for t in plain.iter("{http://www.w3.org/2000/svg}text")][1] == "HUNG"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,9 @@ def test_compose_yaml_is_kit_render_compose_byte_for_byte():
 def test_compose_services_key_lines():
     doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
     services = doc["services"]
-    assert list(services) == ["qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen"]
+    targets = ["qwen-base", "qwen-mtp", "qwen-tiny", "qwen-tiny-mtp", "tiny", "tiny-qwen"]
+    assert list(services) == [*targets, "qwen-base-watch"]  # the watcher last, under its profile
+    services = {name: services[name] for name in targets}  # the servers
     qwen = services["qwen-base"]
     assert qwen["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": 4, "capabilities": ["gpu"]}
@@ -108,7 +111,7 @@ def test_compose_services_key_lines():
     assert qwen["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}"
     assert qwen["volumes"] == ["${HOME}/.cache/huggingface:/root/.cache/huggingface", f"{VOLUME}:{MOUNT}"]
     # The compile cache is one named volume, not a per-project one: kit up shares it.
-    assert doc["volumes"] == {VOLUME: {"name": VOLUME}}
+    assert doc["volumes"] == {VOLUME: {"name": VOLUME}, "kit-bundles": {"name": "kit-bundles"}}
     for service in services.values():
         assert service["cap_add"] == ["SYS_PTRACE"]
         assert f"{VOLUME}:{MOUNT}" in service["volumes"]
@@ -266,6 +269,8 @@ def test_every_compose_service_builds_its_manifest_and_never_pulls():
 
     doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
     for name, service in doc["services"].items():
+        if "watch" in service.get("profiles", ()):
+            continue  # the kit's own watcher (test_compose_watcher_...)
         spec = resolve(name)
         assert service["pull_policy"] == "never"
         build = service["build"]
@@ -402,3 +407,56 @@ def test_render_cli_takes_gpus_and_the_way(monkeypatch):
     assert code == 0 and "--gpus" not in out
     code, out, _ = run_cli(["render", "lws", "qwen-base", "--set", "tp=4"])
     assert code == 0
+
+
+PROFILES = ("--profile", "gpu", "--profile", "watch")
+
+
+def test_compose_watcher_watches_qwen_base_while_it_serves_and_compose_accepts_it():
+    doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
+    watcher = doc["services"]["qwen-base-watch"]
+    assert watcher["profiles"] == ["watch"]
+    assert watcher["command"] == ["watch", "qwen-base", "--target", "qwen-base", "--serve"]
+    assert watcher["depends_on"] == {"qwen-base": {"condition": "service_started"}}
+    assert "kit-bundles:/var/lib/kit" in watcher["volumes"] and doc["volumes"]["kit-bundles"]
+    assert watcher["environment"]["KIT_CACHE_DIR"] == "/var/lib/kit"
+    assert (paths.project_root() / watcher["build"]["dockerfile"]).is_file()
+    assert not any(
+        "watch" in s.get("profiles", ()) for n, s in doc["services"].items() if n != "qwen-base-watch"
+    )
+    docker = shutil.which("docker")
+    if not docker or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        pytest.skip("docker compose (v2) is not installed (scripts/bootstrap installs it)")
+    done = subprocess.run(
+        [docker, "compose", "-f", str(paths.project_root() / "compose.yaml"), *PROFILES, "config", "-q"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "HF_TOKEN": ""},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_systemd_watcher_unit_runs_kit_watch_serve_and_systemd_accepts_both(tmp_path):
+    from kit.render.systemd import render_systemd_watcher
+
+    spec = resolve("tiny")
+    kit = Path(sys.executable).with_name("kit")
+    watcher = render_systemd_watcher(spec, kit=str(kit))
+    assert f"ExecStart={kit} watch kit-tiny --target tiny --serve" in watcher
+    assert "After=kit-tiny.service" in watcher and "WantedBy=kit-tiny.service" in watcher
+    assert "ExecStop" not in watcher and "docker stop" not in watcher  # it never stops the server
+    code, out, _ = run_cli(["render", "systemd", "tiny", "--watcher"])
+    assert code == 0 and "/usr/local/bin/kit watch kit-tiny --target tiny --serve" in out
+    tool = shutil.which("systemd-analyze")
+    docker = shutil.which("docker")
+    if not tool or not docker:
+        pytest.skip("systemd-analyze or docker is not installed here")
+    (tmp_path / "kit-tiny.service").write_text(render_systemd(spec, docker=docker))
+    (tmp_path / "kit-tiny-watch.service").write_text(watcher)
+    done = subprocess.run(
+        [tool, "verify", "--man=no", "kit-tiny.service", "kit-tiny-watch.service"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
