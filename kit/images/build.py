@@ -27,6 +27,7 @@ _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are
 # Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
 CA_DIR = "images/ca"
 WHEELS_DIR = "images/wheels"
+LOCK_DIR = "images"
 INIMAGE_DIR = "kit/images/inimage"
 REHEARSAL_DIR = "kit/rehearsal"
 
@@ -71,7 +72,8 @@ def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path])
 
 def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
     """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal).
-    `torch_wheel`: the file name of the local torch wheel in the context, if any."""
+    `torch_wheel`: the file name of the local torch wheel in the context, if any. What is installed
+    is images/NAME.lock alone; the pins here feed the image's labels and the index to find files."""
     pins = manifest.pins
     # A local wheel replaces torch only: torchvision's and torchaudio's +cuXXX builds live on the
     # torch index alone, so a GPU image keeps it. The CPU rehearsal needs nothing else from it, and
@@ -87,7 +89,6 @@ def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
         "KIT_CUDA_VERSION": pins.cuda or "",
         "TORCH_VERSION": pins.torch,
         "TORCH_INDEX_URL": (pins.torch_index or "") if keep_index else "",
-        "TORCH_WHEEL": torch_wheel,
         "TORCHVISION_VERSION": pins.torchvision or "",
         "SGLANG_VERSION": pins.sglang,
         "SGLANG_KERNEL_VERSION": pins.sglang_kernel or "",
@@ -95,8 +96,6 @@ def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
         "NCCL_PACKAGE": pins.nccl_package or "",
         "KIT_NCCL_VERSION": pins.nccl or "",
         "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
-        "EXTRA_PIP": " ".join(manifest.extra_pip),
-        "FORCE_PIP": " ".join(manifest.force_pip),
     }
 
 
@@ -127,10 +126,18 @@ def local_torch_wheel(manifest: Manifest, options: BuildOptions) -> Path | None:
 
 def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     """Write the build context tar to `out`; return where torch will come from."""
+    from kit.images.image_lock import lock_path
+
     pkg = paths.package_dir()
     wheel = local_torch_wheel(manifest, options)
+    lock = lock_path(manifest.name)
+    if not lock.is_file():
+        raise InputError(
+            "image", f"{manifest.name} has no lock ({lock})", f"run 'kit image lock {manifest.name}' first"
+        )
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
+        _add_file(tar, f"{LOCK_DIR}/{lock.name}", lock)
         _add_tree(tar, INIMAGE_DIR, pkg / "images" / "inimage")
         _add_bytes(tar, f"{INIMAGE_DIR}/.keep", b"")
         rehearsal = pkg / "rehearsal"
