@@ -417,3 +417,20 @@ def relock(manifest: Manifest, *, directory: Path | None = None, timeout_s: floa
         summary = f"{len(diff.changed)} changed, {len(diff.added)} added, {len(diff.removed)} removed"
     lines = () if old is None else change_lines(diff)
     return Relocked(path, summary, (*lines, *(f"note: {n}" for n in made.notes)))
+
+
+def installed_vs_lock(committed: str | None, installed: str | None) -> tuple[bool | None, str, str]:
+    """The image's installed set (its `pip freeze --all`, /opt/kit/lock.txt) against the committed
+    lock: (same, expected, found); same is None where one side is missing. Each difference named."""
+    if committed is None:
+        return None, "images/NAME.lock", "no committed lock"
+    expected = f"the committed lock, {len(parse_entries(committed))} packages"
+    if installed is None:
+        return None, expected, "the image records no installed set"
+    diff = diff_locks(parse_lock(committed), parse_lock(installed), a_name="lock", b_name="image")
+    if diff.same:
+        return True, expected, f"0 differences ({diff.unchanged} packages)"
+    named = [f"{c.name} {c.before} in the lock, {c.after} in the image" for c in diff.changed]
+    named += [f"{p.name} {p.version} only in the image" for p in diff.added]
+    named += [f"{p.name} {p.version} only in the lock" for p in diff.removed]
+    return False, expected, f"{len(named)} difference(s): " + "; ".join(named)
