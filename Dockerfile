@@ -59,14 +59,15 @@ RUN apt-get update \
 # refused), --no-deps (nothing is resolved here: the lock is the whole closure, NCCL and force_pip
 # pins included), wheels only (no package's code runs at install). pip itself is in the lock; the
 # venv's own pip installs it. The torch wheel the kit sends (images/wheels/) and the manifest's torch
-# index are only places to find locked files. The lock is kept in the image: `kit image verify`
-# holds the installed set (lock.txt below) to it, and bundles carry it.
+# index are only places to find locked files. The lock stays in the image as /opt/kit/lock.txt:
+# bundles carry it (its digest names it), `kit image build --from-bundle` rebuilds from it, and
+# `kit image verify` holds what pip installed (installed.txt below) to it.
 COPY images/wheels/ /tmp/kit-wheels/
-COPY images/${KIT_IMAGE_NAME}.lock /opt/kit/image.lock
+COPY images/${KIT_IMAGE_NAME}.lock /opt/kit/lock.txt
 # hadolint ignore=SC3054,DL3013,DL3042
 RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
  && python -m pip install --require-hashes --no-deps --only-binary :all: --find-links /tmp/kit-wheels \
-        "${index_args[@]}" -r /opt/kit/image.lock \
+        "${index_args[@]}" -r /opt/kit/lock.txt \
  && rm -rf /tmp/kit-wheels
 
 # The kit's in-image tools: the verify script, the tiny production-architecture model (every image:
@@ -85,7 +86,7 @@ RUN mkdir -p /opt/kit/rehearsal \
     fi \
  && python /opt/kit/rehearsal/tiny_qwen3_5.py /opt/kit/models/qwen-tiny \
  && rm -rf /tmp/kit-rehearsal \
- && python -m pip freeze --all > /opt/kit/lock.txt
+ && python -m pip freeze --all > /opt/kit/installed.txt
 
 # Every pin travels with the image, so `docker inspect` alone tells what an image is. Last, so a
 # label change does not invalidate the cached install layers.

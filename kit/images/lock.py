@@ -1,8 +1,9 @@
 """The lock: every Python package version in a built image, and what changed between two images.
 
-The Dockerfile records `pip freeze --all` at LOCK_PATH when it builds, so a lock always describes
-the image it sits in (not what a resolver would pick today). Parsing and diffing are pure; reading
-the file out of an image is kit.images.inspect.read_file.
+An image installs its committed lock (images/NAME.lock, hashed) and keeps it at LOCK_PATH; what pip
+then installed (`pip freeze --all`) is at INSTALLED_PATH, which `kit image verify` holds to the lock.
+Images built before locks kept only the freeze, at LOCK_PATH. parse_lock reads both forms. Parsing
+and diffing are pure; reading the file out of an image is kit.images.inspect.read_file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 LOCK_PATH = "/opt/kit/lock.txt"
+INSTALLED_PATH = "/opt/kit/installed.txt"
 
 _FROZEN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*(?P<version>\S+)")
 _DIRECT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")

@@ -291,17 +291,23 @@ def verify_image(
 
 
 def _locks(manifest: Manifest, tag: str) -> tuple[str | None, str | None]:
-    """(images/NAME.lock, the image's /opt/kit/lock.txt); None for one that is not there."""
+    """(images/NAME.lock, what pip installed in the image); None for one that is not there. An image
+    built before locks recorded its `pip freeze --all` at lock.txt instead of installed.txt."""
     from kit.images.image_lock import lock_path
     from kit.images.inspect import read_file
-    from kit.images.lock import LOCK_PATH
+    from kit.images.lock import INSTALLED_PATH, LOCK_PATH
 
     path = lock_path(manifest.name)
     committed = path.read_text(encoding="utf-8") if path.is_file() else None
-    try:
-        installed = read_file(tag, LOCK_PATH, label_image=manifest.name).decode("utf-8", errors="replace")
-    except KitError:
-        installed = None
+    installed = None
+    for recorded in (INSTALLED_PATH, LOCK_PATH):
+        try:
+            text = read_file(tag, recorded, label_image=manifest.name).decode("utf-8", errors="replace")
+        except KitError:
+            continue
+        # A hashed lock.txt is the lock itself, not a record of what was installed: never its own proof.
+        installed = None if recorded == LOCK_PATH and "--hash=" in text else text
+        break
     return committed, installed
 
 

@@ -143,7 +143,7 @@ def _simple_index(root: Path, wheels: list[Path]) -> str:
 def _lock_step() -> str:
     """The RUN instruction right after `COPY images/${KIT_IMAGE_NAME}.lock ...`, as bash will run it."""
     steps = instructions(DOCKERFILE)
-    at = steps.index(("COPY", "images/${KIT_IMAGE_NAME}.lock /opt/kit/image.lock"))
+    at = steps.index(("COPY", "images/${KIT_IMAGE_NAME}.lock /opt/kit/lock.txt"))
     assert steps[at - 1] == ("COPY", "images/wheels/ /tmp/kit-wheels/")
     keyword, script = steps[at + 1]
     assert keyword == "RUN"
@@ -173,7 +173,7 @@ def _run_lock_step(
     script = (
         _lock_step()
         .replace("/tmp/kit-wheels", str(wheels))
-        .replace("/opt/kit/image.lock", str(tmp_path / "image.lock"))
+        .replace("/opt/kit/lock.txt", str(tmp_path / "image.lock"))
     )
     env = {
         "PATH": f"{bindir}:{os.environ['PATH']}",

@@ -1,6 +1,7 @@
-"""images/NAME.lock (the committed lock, `kit image lock`): each lock holds its manifest's pins, platform and
-pure, what CI runs for every manifest), a pin edited without relocking is named, an index that cannot
-be reached is exit 3 with the old lock untouched, and an image is held to its lock by name."""
+"""images/NAME.lock (the committed lock): each lock holds its manifest's pins, platform and Python
+(`kit image lock --check`, pure, what CI runs for every manifest), a pin edited without relocking is
+named, an index that cannot be reached is exit 3 with the old lock untouched, and an image is held to
+its lock with each difference named."""
 
 from __future__ import annotations
 
