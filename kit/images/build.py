@@ -37,6 +37,10 @@ class BuildOptions:
     ca_bundle: Path | None = None
     wheel_dirs: tuple[Path, ...] = ()
     no_cache: bool = False
+    lock_text: str | None = None
+    """Installed in place of images/NAME.lock (`--from-bundle`: a colleague's lock, judged first)."""
+    tag: str | None = None
+    """In place of kit/sglang:NAME, so a bundle's build does not replace the local image."""
 
 
 @dataclass(frozen=True)
@@ -131,13 +135,16 @@ def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     pkg = paths.package_dir()
     wheel = local_torch_wheel(manifest, options)
     lock = lock_path(manifest.name)
-    if not lock.is_file():
+    if options.lock_text is None and not lock.is_file():
         raise InputError(
             "image", f"{manifest.name} has no lock ({lock})", f"run 'kit image lock {manifest.name}' first"
         )
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
-        _add_file(tar, f"{LOCK_DIR}/{lock.name}", lock)
+        if options.lock_text is not None:
+            _add_bytes(tar, f"{LOCK_DIR}/{lock.name}", options.lock_text.encode("utf-8"))
+        else:
+            _add_file(tar, f"{LOCK_DIR}/{lock.name}", lock)
         _add_tree(tar, INIMAGE_DIR, pkg / "images" / "inimage")
         _add_bytes(tar, f"{INIMAGE_DIR}/.keep", b"")
         rehearsal = pkg / "rehearsal"
@@ -162,12 +169,13 @@ BuildEvents = Callable[[str], None]
 
 
 def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents | None = None) -> BuildResult:
-    """Build `kit/sglang:<name>`; every output line goes to on_line and to a log file."""
+    """Build `kit/sglang:<name>` (or options.tag); every output line goes to on_line and to a log file."""
     from kit.runtime.engine import LABEL_MANAGED, client, translated
 
     log_dir = paths.cache_dir() / "builds"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{manifest.name}.log"
+    tag = options.tag or manifest.tag
+    log_path = log_dir / f"{tag.rsplit(':', 1)[-1]}.log"
     started = time.monotonic()
     image_id = ""
     with tempfile.TemporaryFile() as context, log_path.open("w", encoding="utf-8") as log:
@@ -176,11 +184,11 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
         args = build_args(manifest, torch_wheel=wheel.name if wheel else "")
         context.seek(0)
         log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n")
-        with translated(f"building {manifest.tag}"):
+        with translated(f"building {tag}"):
             stream = client().api.build(
                 fileobj=context,
                 custom_context=True,
-                tag=manifest.tag,
+                tag=tag,
                 buildargs=args,
                 rm=True,
                 forcerm=True,
@@ -195,7 +203,7 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                     log.write(detail + "\n")
                     tail = " | ".join(last[-3:])
                     raise KitError(
-                        f"building {manifest.tag} failed: {detail}",
+                        f"building {tag} failed: {detail}",
                         hint=f"last output: {tail}; full log: {log_path}",
                     )
                 if "aux" in chunk and "ID" in chunk["aux"]:
@@ -208,9 +216,9 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                         if on_line:
                             on_line(line)
     if not image_id:
-        image_id = client().images.get(manifest.tag).id
+        image_id = client().images.get(tag).id
     return BuildResult(
-        manifest.name, manifest.tag, image_id, time.monotonic() - started, torch_source, log_path, args
+        manifest.name, tag, image_id, time.monotonic() - started, torch_source, log_path, args
     )
 
 
