@@ -217,9 +217,7 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                             on_line(line)
     if not image_id:
         image_id = client().images.get(tag).id
-    return BuildResult(
-        manifest.name, tag, image_id, time.monotonic() - started, torch_source, log_path, args
-    )
+    return BuildResult(manifest.name, tag, image_id, time.monotonic() - started, torch_source, log_path, args)
 
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
