@@ -86,8 +86,8 @@ def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
     any build) what the kit does not build. Returns (manifest name, lock text, tag)."""
     from kit import paths
     from kit.check.locks import LOCK_DIR
+    from kit.diagnose.from_bundle import bundle_lock, judge, kit_locks
     from kit.errors import InputError
-    from kit.images.from_bundle import bundle_lock, judge, kit_locks
     from kit.images.manifest import list_manifests
 
     text, name = bundle_lock(path)

@@ -10,10 +10,10 @@ import pytest
 from bundle_helpers import hung_input, run_kit
 
 from kit.diagnose.bundle import build_members, write_bundle
+from kit.diagnose.from_bundle import judge, kit_locks
 from kit.diagnose.redact import Redactor
 from kit.errors import KitError
 from kit.images import build as build_module
-from kit.images.from_bundle import judge, kit_locks
 from kit.images.image_lock import lock_digest
 
 ROOT = Path(__file__).resolve().parents[2]
