@@ -46,7 +46,8 @@ def lock(names: tuple[str, ...], check: bool, timeout_s: float) -> None:
             problems, count = check_file(manifest)
             if problems:
                 failed.append(manifest.name)
-                console().print(f"[bold red]STALE[/] images/{manifest.name}.lock:", highlight=False)
+                mark = "NO LOCK" if count == 0 else "STALE"
+                console().print(f"[bold red]{mark}[/] images/{manifest.name}.lock:", highlight=False)
                 for p in problems:
                     console().print(f"  {p.package}: {p.detail}", markup=False, highlight=False)
             else:

@@ -62,3 +62,13 @@ def test_bundle_text_is_printable_and_bounded():
     bundle = HERE + "evil\x1b[2J==" + "9" * 400 + "\n"
     lines = lock_differences(bundle, HERE)[1]
     assert all(line.isprintable() and len(line) < 200 for line in lines)
+
+
+def test_a_bundle_of_a_locked_image_names_its_lock_by_digest():
+    """The image keeps its lock as /opt/kit/lock.txt; the fingerprint's image.lock.sha256 is then the
+    digest of images/NAME.lock, and the bundle carries its text (lock.txt)."""
+    from kit.diagnose.facts import lock_section
+
+    section = lock_section(HERE, "unused", "/opt/kit/lock.txt in image x")
+    assert "sha256:" + section["sha256"] == lock_digest(HERE)
+    assert section["packages"]["torch"] == "2.14.1" and section["count"] == 208
