@@ -73,7 +73,9 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
 def test_verify_human_table(cpu_image, capsys):
     assert run_kit(["image", "verify", CPU_IMAGE, "--gpus", "none"]) == 0
     out = capsys.readouterr().out
-    assert "matches its manifest: all 12 checks ran and matched" in out and "compiled arch list" in out
+    # 12 checks of the manifest and the image's lock
+    assert "matches its manifest: all 13 checks ran and matched" in out and "compiled arch list" in out
+    assert "0 differences" in out
     assert "DRIFT" not in out and "not checked" not in out
 
 
