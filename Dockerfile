@@ -1,9 +1,9 @@
 # The one Dockerfile for every kit image. `kit image build NAME` feeds every ARG below from
 # images/NAME.toml (a unit test checks that each ARG is fed and each fed arg is declared), and
 # sends a small build context the kit assembles: this file, kit/images/inimage/, kit/rehearsal/,
-# an optional CA bundle (images/ca/) and optional local wheels (images/wheels/). The paths are the
-# repository's own, so compose.yaml builds from the checkout with the same args (.dockerignore
-# keeps that context to these paths).
+# the image's lock (images/NAME.lock), an optional CA bundle (images/ca/) and optional local wheels
+# (images/wheels/). The paths are the repository's own, so compose.yaml builds from the checkout
+# with the same args (.dockerignore keeps that context to these paths).
 #
 # Flavours: KIT_FLAVOR=cuda is a GPU serving image; KIT_FLAVOR=cpu is the CPU rehearsal image, which
 # alone carries the test-only parts (tiny model, sgl_kernel/torchvision stand-ins, fault switch).
@@ -25,7 +25,6 @@ ARG PYTHON
 ARG KIT_CUDA_VERSION
 ARG TORCH_VERSION
 ARG TORCH_INDEX_URL
-ARG TORCH_WHEEL
 ARG TORCHVISION_VERSION
 ARG SGLANG_VERSION
 ARG SGLANG_KERNEL_VERSION
@@ -33,8 +32,6 @@ ARG FLASHINFER_VERSION
 ARG NCCL_PACKAGE
 ARG KIT_NCCL_VERSION
 ARG TORCH_CUDA_ARCH_LIST
-ARG EXTRA_PIP
-ARG FORCE_PIP
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -55,38 +52,23 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
  && if [ -s /tmp/kit-ca/ca-bundle.crt ]; then cat /tmp/kit-ca/ca-bundle.crt >> /etc/ssl/certs/ca-certificates.crt; fi \
  && rm -rf /tmp/kit-ca /var/lib/apt/lists/* \
- && ${PYTHON} -m venv /opt/venv \
- && python -m pip install "pip==26.3"
+ && ${PYTHON} -m venv /opt/venv
 
-# PyTorch first. When the kit found the exact torch wheel (TORCH_WHEEL, in images/wheels/), it is
-# installed alone from there first (--no-index: no index can swap it), and the index is still offered
-# for the rest: torchvision's +cuXXX builds live only on the torch index. The constraints file keeps
-# later steps from replacing torch or torchvision.
+# Every Python package, from the image's lock (images/NAME.lock, written by `kit image lock NAME` from
+# the manifest) and nothing else: --require-hashes (a file whose sha256 the lock does not name is
+# refused), --no-deps (nothing is resolved here: the lock is the whole closure, NCCL and force_pip
+# pins included), wheels only (no package's code runs at install). pip itself is in the lock; the
+# venv's own pip installs it. The torch wheel the kit sends (images/wheels/) and the manifest's torch
+# index are only places to find locked files. The lock stays in the image as /opt/kit/lock.txt:
+# bundles carry it (its digest names it), `kit image build --from-bundle` rebuilds from it, and
+# `kit image verify` holds what pip installed (installed.txt below) to it.
 COPY images/wheels/ /tmp/kit-wheels/
-# hadolint ignore=SC3054,DL3013
+COPY images/${KIT_IMAGE_NAME}.lock /opt/kit/lock.txt
+# hadolint ignore=SC3054,DL3013,DL3042
 RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
- && tv=(); if [ -n "${TORCHVISION_VERSION}" ]; then tv=("torchvision==${TORCHVISION_VERSION}"); fi \
- && if [ -n "${TORCH_WHEEL}" ]; then pip install --no-index --no-deps --find-links /tmp/kit-wheels "torch==${TORCH_VERSION}"; fi \
- && pip install --find-links /tmp/kit-wheels "${index_args[@]}" "torch==${TORCH_VERSION}" "${tv[@]}" \
- && printf '%s\n' "torch==${TORCH_VERSION}" "${tv[@]}" > /opt/venv/kit-constraints.txt \
+ && python -m pip install --require-hashes --no-deps --only-binary :all: --find-links /tmp/kit-wheels \
+        "${index_args[@]}" -r /opt/kit/lock.txt \
  && rm -rf /tmp/kit-wheels
-
-# SGLang. GPU images take SGLang's own pinned dependency set (flashinfer, sglang-kernel, ...),
-# then force-pin NCCL and FORCE_PIP the way SGLang's install does. The CPU rehearsal installs SGLang without
-# its CUDA-only dependencies and adds the light ones it imports (EXTRA_PIP, pinned in the manifest).
-# Every requirement here is an exact pin from the manifest, which hadolint cannot see through ${VARS}.
-# The torch index is offered again: SGLang also pins torchaudio/torchcodec, whose CUDA builds live there.
-# hadolint ignore=SC2086,SC3054,DL3013
-RUN export PIP_CONSTRAINT=/opt/venv/kit-constraints.txt \
- && index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-index-url "${TORCH_INDEX_URL}"); fi \
- && if [ "${KIT_FLAVOR}" = cuda ]; then \
-      pip install "${index_args[@]}" "sglang==${SGLANG_VERSION}" "sglang-kernel==${SGLANG_KERNEL_VERSION}" \
-                  "flashinfer-python==${FLASHINFER_VERSION}" ${EXTRA_PIP} \
-   && pip install --force-reinstall --no-deps "${NCCL_PACKAGE}==${KIT_NCCL_VERSION}" ${FORCE_PIP} ; \
-    else \
-      pip install --no-deps "sglang==${SGLANG_VERSION}" \
-   && pip install ${EXTRA_PIP} ; \
-    fi
 
 # The kit's in-image tools: the verify script, the tiny production-architecture model (every image:
 # target qwen-tiny, a ~15 MB Qwen3.5-MoE with random weights, byte-identical each build), and (CPU
@@ -104,7 +86,7 @@ RUN mkdir -p /opt/kit/rehearsal \
     fi \
  && python /opt/kit/rehearsal/tiny_qwen3_5.py /opt/kit/models/qwen-tiny \
  && rm -rf /tmp/kit-rehearsal \
- && python -m pip freeze --all > /opt/kit/lock.txt
+ && python -m pip freeze --all > /opt/kit/installed.txt
 
 # Every pin travels with the image, so `docker inspect` alone tells what an image is. Last, so a
 # label change does not invalidate the cached install layers.

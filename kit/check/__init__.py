@@ -112,9 +112,18 @@ def _wheel_metadata(venv: Path, version: str) -> str:
     return ""
 
 
+def _lock_tag(release: str | None) -> str:
+    """'-lock1a2b3c4d' for a venv made from a lock: its own folder, so a venv another process uses
+    (made before locks, or from another lock) is never removed under it."""
+    from kit.check.locks import lock_for
+
+    locked = lock_for(release)
+    return f"-lock{locked[1].removeprefix('sha256:')[:8]}" if locked else ""
+
+
 def venv_dir(version: str) -> Path:
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return paths.cache_dir() / "check" / f"sglang-{version}-{py}"
+    return paths.cache_dir() / "check" / f"sglang-{version}-{py}{_lock_tag(version)}"
 
 
 def _python(venv: Path) -> Path:
@@ -200,24 +209,41 @@ def _pip(venv: Path) -> list[str]:
 def base_dir() -> Path:
     torch, _ = _deps("")
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return paths.cache_dir() / "check" / f"base-torch{torch}-{py}"
+    return paths.cache_dir() / "check" / f"base-torch{torch}-{py}{_lock_tag(None)}"
+
+
+def _from_lock(venv: Path, lock: Path) -> list[str]:
+    """pip installs the lock and nothing else: every file's hash checked, nothing resolved, wheels only;
+    the host's own torch wheel folders (its pip config) are only places to find locked files."""
+    from kit.images.pipconfig import pip_defaults
+
+    links = [arg for folder in pip_defaults().find_links for arg in ("--find-links", str(folder))]
+    return [*_pip(venv), "--require-hashes", "--no-deps", "--only-binary", ":all:", *links, "-r", str(lock)]
 
 
 def ensure_base(progress: Progress = lambda _: None) -> tuple[Path, float]:
-    """What every check venv shares (CPU torch, triton, the light dependencies): ~1.9 GB, made once."""
+    """What every check venv shares (CPU torch, triton, the light dependencies): ~1.9 GB, made once,
+    from kit/check/locks/base.lock where this host's Python is the lock's (else resolved, as before)."""
+    from kit.check.locks import lock_for
+
     data = tomllib.loads(DEPS.read_text(encoding="utf-8"))
     torch, requirements = data["torch"], list(data["base"]["requirements"])
     base = base_dir()
+    locked = lock_for(None)
 
     def steps(building: Path) -> None:
+        if locked:
+            _run_step(_from_lock(building, locked[0]), f"installing {locked[0].name} (locked)", progress)
+            return
         _run_step([*_pip(building), f"torch=={torch}"], f"installing torch {torch} (CPU)", progress)
         _run_step(
             [*_pip(building), *requirements], f"installing {len(requirements)} shared dependencies", progress
         )
 
-    return base, _build(
-        base, {"torch": torch, "requirements": requirements}, "the shared base", steps, progress
-    )
+    wanted: dict[str, Any] = {"torch": torch, "requirements": requirements}
+    if locked:
+        wanted["lock"] = locked[1]
+    return base, _build(base, wanted, "the shared base", steps, progress)
 
 
 def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path, float]:
@@ -225,16 +251,26 @@ def ensure_venv(version: str, progress: Progress = lambda _: None) -> tuple[Path
 
     It holds the sglang wheel (--no-deps) and what its release pins differently (transformers,
     deps.toml's per-release lists); everything else comes from the shared base through a .pth file,
-    so a release costs ~0.4 GB and seconds, not a torch install.
+    so a release costs ~0.4 GB and seconds, not a torch install. Where kit/check/locks/ has the
+    release's lock (for this host's Python), that lock is installed and nothing else.
     """
+    from kit.check.locks import lock_for
+
     base, base_seconds = ensure_base(progress)
     venv = venv_dir(version)
     _, requirements = _deps(version)
+    locked = lock_for(version)
     wanted = {"sglang": version, "base": base.name, "requirements": requirements}
+    if locked:
+        wanted["lock"] = locked[1]
 
     def steps(building: Path) -> None:
         # The base's packages come after the venv's own on sys.path: a release's pin shadows them.
         (_site_packages(building) / "kit-check-base.pth").write_text(f"{_site_packages(base)}\n")
+        if locked:  # what the base already holds at the locked version, pip leaves there
+            _run_step(_from_lock(building, locked[0]), f"installing {locked[0].name} (locked)", progress)
+            (building / "kit-requirements.txt").write_text(locked[0].read_text(encoding="utf-8"))
+            return
         _run_step(
             [*_pip(building), "--no-deps", f"sglang=={version}"],
             f"installing sglang {version} (--no-deps)",

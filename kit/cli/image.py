@@ -21,7 +21,16 @@ def image() -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @image.command("build")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option(
+    "--from-bundle",
+    "from_bundle",
+    type=click.Path(path_type=Path),
+    help="Build the image a bundle ran, from the lock it carries (untrusted: shown and judged first).",
+)
+@click.option(
+    "--trust-bundle", is_flag=True, help="With --from-bundle: build packages none of the kit's locks hold."
+)
 @click.option(
     "--ca-bundle",
     type=click.Path(path_type=Path),
@@ -38,26 +47,38 @@ def image() -> None:
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def build(
-    name: str,
+    name: str | None,
+    from_bundle: Path | None,
+    trust_bundle: bool,
     ca_bundle: Path | None,
     no_host_ca: bool,
     wheel_dirs: tuple[Path, ...],
     no_cache: bool,
     as_json: bool,
 ) -> None:
-    """Build kit/sglang:NAME from images/NAME.toml, with live progress."""
+    """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
+    With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
+    from kit.cli.image_lock import bundle_build_options
+    from kit.errors import InputError
     from kit.images.build import BuildOptions, build_image
     from kit.images.manifest import load_manifest
     from kit.images.pipconfig import pip_defaults
 
-    manifest = load_manifest(name)
+    if (name is None) == (from_bundle is None):
+        raise InputError("NAME", "name an image, or give --from-bundle (one of them)", "kit image list")
+    lock_text, tag = None, None
+    if from_bundle is not None:
+        name, lock_text, tag = bundle_build_options(from_bundle, trusted=trust_bundle)
+    manifest = load_manifest(name or "")
     defaults = pip_defaults()
     options = BuildOptions(
         ca_bundle=ca_bundle or (None if no_host_ca else defaults.cert),
         wheel_dirs=wheel_dirs or defaults.find_links,
         no_cache=no_cache,
+        lock_text=lock_text,
+        tag=tag,
     )
-    progress = _BuildProgress(manifest.tag)
+    progress = _BuildProgress(options.tag or manifest.tag)
     with progress:
         result = build_image(manifest, options, on_line=progress.line)
     show(

@@ -64,6 +64,7 @@ def repro(
         differences,
         here_fingerprint,
         local_image_labels,
+        lock_section,
         plan_replay,
         refuse,
     )
@@ -79,6 +80,7 @@ def repro(
     )
     if host is not None:
         plan = dataclasses.replace(plan, extra=(*plan.extra, _nearest_section(host)))
+    plan = dataclasses.replace(plan, extra=(*plan.extra, lock_section(plan)))
     found = differences(plan, here_fingerprint(plan))
     out = console()
 

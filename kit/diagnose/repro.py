@@ -45,7 +45,7 @@ from kit.diagnose.replay_launch import (
     size_text,
     split_sets,
 )
-from kit.errors import EnvironmentProblem, InputError
+from kit.errors import EnvironmentProblem, InputError, KitError
 from kit.spec import LaunchSpec
 
 _STUCK = {"hung", "deadline", "stalled"}  # did not finish ("stalled": old bundles' word for hung)
@@ -483,3 +483,40 @@ def local_image_labels(ref: str) -> dict[str, str] | None:
         except (ImageNotFound, NotFound):
             return None
     return dict((image.attrs.get("Config") or {}).get("Labels") or {})
+
+
+def lock_differences(bundle_lock: str | None, local_lock: str | None) -> tuple[str, tuple[str, ...]]:
+    """The plan's lock section (pure): the bundle's image lock against the local image's, every
+    difference named, those that decide a start-up first (torch, NCCL, CUDA wheels, SGLang,
+    flashinfer, transformers). Bundle text is made printable and bounded."""
+    from kit.images.image_lock import lock_digest
+    from kit.images.lock import diff_locks, parse_lock, ranked_lines
+
+    title = "image lock, bundle -> here"
+    if bundle_lock is None or local_lock is None:
+        missing = (
+            "the bundle carries no lock"
+            if bundle_lock is None
+            else "the local image's lock could not be read"
+        )
+        return title, (f"not compared: {missing}",)
+    diff = diff_locks(parse_lock(bundle_lock), parse_lock(local_lock), a_name="bundle", b_name="here")
+    head = f"bundle {lock_digest(bundle_lock)}, here {lock_digest(local_lock)}: " + (
+        "the same packages"
+        if diff.same
+        else f"{len(diff.changed) + len(diff.added) + len(diff.removed)} differences"
+    )
+    return title, (head, *(f"  {trust.shown(line)}" for line in ranked_lines(diff)))
+
+
+def lock_section(plan: ReplayPlan) -> tuple[str, tuple[str, ...]]:
+    """lock_differences for a plan: the bundle's lock.txt and the image the replay starts."""
+    from kit.images.inspect import read_file
+    from kit.images.lock import LOCK_PATH
+
+    try:
+        local = read_file(plan.image_ref, LOCK_PATH).decode("utf-8", "replace")
+    except KitError:  # no image here, no engine: the section says it was not compared
+        local = None
+    bundle_lock = plan.bundle.text("lock.txt") if "lock.txt" in plan.bundle.members else None
+    return lock_differences(bundle_lock, local)

@@ -27,6 +27,7 @@ _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are
 # Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
 CA_DIR = "images/ca"
 WHEELS_DIR = "images/wheels"
+LOCK_DIR = "images"
 INIMAGE_DIR = "kit/images/inimage"
 REHEARSAL_DIR = "kit/rehearsal"
 
@@ -36,6 +37,10 @@ class BuildOptions:
     ca_bundle: Path | None = None
     wheel_dirs: tuple[Path, ...] = ()
     no_cache: bool = False
+    lock_text: str | None = None
+    """Installed in place of images/NAME.lock (`--from-bundle`: a colleague's lock, judged first)."""
+    tag: str | None = None
+    """In place of kit/sglang:NAME, so a bundle's build does not replace the local image."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path])
 
 def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
     """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal).
-    `torch_wheel`: the file name of the local torch wheel in the context, if any."""
+    `torch_wheel`: the file name of the local torch wheel in the context, if any. What is installed
+    is images/NAME.lock alone; the pins here feed the image's labels and the index to find files."""
     pins = manifest.pins
     # A local wheel replaces torch only: torchvision's and torchaudio's +cuXXX builds live on the
     # torch index alone, so a GPU image keeps it. The CPU rehearsal needs nothing else from it, and
@@ -87,7 +93,6 @@ def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
         "KIT_CUDA_VERSION": pins.cuda or "",
         "TORCH_VERSION": pins.torch,
         "TORCH_INDEX_URL": (pins.torch_index or "") if keep_index else "",
-        "TORCH_WHEEL": torch_wheel,
         "TORCHVISION_VERSION": pins.torchvision or "",
         "SGLANG_VERSION": pins.sglang,
         "SGLANG_KERNEL_VERSION": pins.sglang_kernel or "",
@@ -95,8 +100,6 @@ def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
         "NCCL_PACKAGE": pins.nccl_package or "",
         "KIT_NCCL_VERSION": pins.nccl or "",
         "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
-        "EXTRA_PIP": " ".join(manifest.extra_pip),
-        "FORCE_PIP": " ".join(manifest.force_pip),
     }
 
 
@@ -127,10 +130,21 @@ def local_torch_wheel(manifest: Manifest, options: BuildOptions) -> Path | None:
 
 def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     """Write the build context tar to `out`; return where torch will come from."""
+    from kit.images.image_lock import lock_path
+
     pkg = paths.package_dir()
     wheel = local_torch_wheel(manifest, options)
+    lock = lock_path(manifest.name)
+    if options.lock_text is None and not lock.is_file():
+        raise InputError(
+            "image", f"{manifest.name} has no lock ({lock})", f"run 'kit image lock {manifest.name}' first"
+        )
     with tarfile.open(fileobj=out, mode="w") as tar:
         _add_file(tar, "Dockerfile", paths.dockerfile())
+        if options.lock_text is not None:
+            _add_bytes(tar, f"{LOCK_DIR}/{lock.name}", options.lock_text.encode("utf-8"))
+        else:
+            _add_file(tar, f"{LOCK_DIR}/{lock.name}", lock)
         _add_tree(tar, INIMAGE_DIR, pkg / "images" / "inimage")
         _add_bytes(tar, f"{INIMAGE_DIR}/.keep", b"")
         rehearsal = pkg / "rehearsal"
@@ -155,12 +169,13 @@ BuildEvents = Callable[[str], None]
 
 
 def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents | None = None) -> BuildResult:
-    """Build `kit/sglang:<name>`; every output line goes to on_line and to a log file."""
+    """Build `kit/sglang:<name>` (or options.tag); every output line goes to on_line and to a log file."""
     from kit.runtime.engine import LABEL_MANAGED, client, translated
 
     log_dir = paths.cache_dir() / "builds"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{manifest.name}.log"
+    tag = options.tag or manifest.tag
+    log_path = log_dir / f"{tag.rsplit(':', 1)[-1]}.log"
     started = time.monotonic()
     image_id = ""
     with tempfile.TemporaryFile() as context, log_path.open("w", encoding="utf-8") as log:
@@ -169,11 +184,11 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
         args = build_args(manifest, torch_wheel=wheel.name if wheel else "")
         context.seek(0)
         log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n")
-        with translated(f"building {manifest.tag}"):
+        with translated(f"building {tag}"):
             stream = client().api.build(
                 fileobj=context,
                 custom_context=True,
-                tag=manifest.tag,
+                tag=tag,
                 buildargs=args,
                 rm=True,
                 forcerm=True,
@@ -188,7 +203,7 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                     log.write(detail + "\n")
                     tail = " | ".join(last[-3:])
                     raise KitError(
-                        f"building {manifest.tag} failed: {detail}",
+                        f"building {tag} failed: {detail}",
                         hint=f"last output: {tail}; full log: {log_path}",
                     )
                 if "aux" in chunk and "ID" in chunk["aux"]:
@@ -201,10 +216,8 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                         if on_line:
                             on_line(line)
     if not image_id:
-        image_id = client().images.get(manifest.tag).id
-    return BuildResult(
-        manifest.name, manifest.tag, image_id, time.monotonic() - started, torch_source, log_path, args
-    )
+        image_id = client().images.get(tag).id
+    return BuildResult(manifest.name, tag, image_id, time.monotonic() - started, torch_source, log_path, args)
 
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")

@@ -1,8 +1,9 @@
 """The lock: every Python package version in a built image, and what changed between two images.
 
-The Dockerfile records `pip freeze --all` at LOCK_PATH when it builds, so a lock always describes
-the image it sits in (not what a resolver would pick today). Parsing and diffing are pure; reading
-the file out of an image is kit.images.inspect.read_file.
+An image installs its committed lock (images/NAME.lock, hashed) and keeps it at LOCK_PATH; what pip
+then installed (`pip freeze --all`) is at INSTALLED_PATH, which `kit image verify` holds to the lock.
+Images built before locks kept only the freeze, at LOCK_PATH. parse_lock reads both forms. Parsing
+and diffing are pure; reading the file out of an image is kit.images.inspect.read_file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 LOCK_PATH = "/opt/kit/lock.txt"
+INSTALLED_PATH = "/opt/kit/installed.txt"
 
 _FROZEN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*(?P<version>\S+)")
 _DIRECT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")
@@ -88,3 +90,33 @@ def read_image_lock(ref: str) -> dict[str, Package]:
     from kit.images.inspect import read_file
 
     return parse_lock(read_file(ref, LOCK_PATH).decode("utf-8", errors="replace"))
+
+
+# What decides a start-up first, so a long difference list shows it at the top: torch, NCCL, the
+# CUDA wheels, SGLang and its kernels, flashinfer, transformers; then everything else by name.
+_FIRST = tuple(
+    re.compile(p)
+    for p in (
+        r"torch",
+        r"nvidia-nccl(-cu\d+)?",
+        r"cuda-toolkit|cuda-python|cuda-bindings|nvidia-(cuda|cudnn|cublas|nvjitlink|nvvm|cusparse|cufft|"
+        r"curand|cusolver|nvshmem|nvtx)[a-z0-9-]*",
+        r"sglang(-kernel)?|sgl-kernel",
+        r"flashinfer[a-z0-9-]*",
+        r"transformers",
+    )
+)
+
+
+def _rank(name: str) -> int:
+    key = normalize(name)
+    return next((i for i, p in enumerate(_FIRST) if p.fullmatch(key)), len(_FIRST))
+
+
+def ranked_lines(diff: LockDiff) -> list[str]:
+    """One line per difference, those that matter first (torch, NCCL, CUDA wheels, SGLang, flashinfer,
+    transformers), each 'name: A-version -> B-version' in the diff's own words for A and B."""
+    rows = [(c.name, f"{c.name}: {c.before} ({diff.a}) -> {c.after} ({diff.b})") for c in diff.changed]
+    rows += [(p.name, f"{p.name}: {p.version} only in {diff.b}") for p in diff.added]
+    rows += [(p.name, f"{p.name}: {p.version} only in {diff.a}") for p in diff.removed]
+    return [line for name, line in sorted(rows, key=lambda r: (_rank(r[0]), normalize(r[0])))]

@@ -53,8 +53,8 @@ class Pins(_Strict):
 
 
 # Pins a GPU image must carry: without them the image is not reproducible or not provably sm_120.
+# torch_index is not among them: PyPI's torch may be the very CUDA build (torch 2.14.1 is CUDA 13.0).
 _CUDA_REQUIRED = (
-    "torch_index",
     "torchvision",
     "sglang_kernel",
     "flashinfer",

@@ -39,7 +39,6 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from kit import paths
 from kit.errors import ExitCode, InputError
 from kit.images.manifest import Manifest
 
@@ -153,6 +152,7 @@ def pip_args(
     extra_indexes: Sequence[str],
     no_deps: bool = False,
     cert: Path | None = None,
+    constraints: Path | None = None,
 ) -> list[str]:
     """`pip install --dry-run --report` for the image's platform, ignoring this machine's pip config
     (--isolated: a local constraints file or mirror would answer for this machine, not the image)."""
@@ -170,6 +170,8 @@ def pip_args(
     args += ["--use-feature=fast-deps", "--disable-pip-version-check", "--no-input"]
     if no_deps:
         args.append("--no-deps")
+    if constraints is not None:  # the CUDA wheels held to the image's CUDA minor, as the lock holds them
+        args += ["--constraint", str(constraints)]
     return [*args, *requirements]
 
 
@@ -428,9 +430,8 @@ def pip_version() -> str:
 
 
 def image_pip_version() -> str | None:
-    """The pip the Dockerfile installs in the image's venv (pip==X.Y)."""
-    found = re.search(r'"pip==([^"]+)"', (paths.project_root() / "Dockerfile").read_text(encoding="utf-8"))
-    return found[1] if found else None
+    """The pip the image's venv runs (resolve.toml [lock] image_pip; the lock carries it)."""
+    return _data().get("lock", {}).get("image_pip")
 
 
 def resolve_image(manifest: Manifest, *, cert: Path | None = None, timeout_s: float = 900.0) -> ResolveReport:
@@ -454,9 +455,12 @@ def resolve_image(manifest: Manifest, *, cert: Path | None = None, timeout_s: fl
     trouble: str | None = None
     if probes[0].reachable:
         with tempfile.TemporaryDirectory(prefix="kit-resolve-") as tmp:
-            report = Path(tmp) / "report.json"
+            from kit.images.image_lock import cuda_constraints
+
+            report, held = Path(tmp) / "report.json", Path(tmp) / "cuda-minor.txt"
+            held.write_text("\n".join(cuda_constraints(manifest)) + "\n", encoding="utf-8")
             run = run_pip(
-                pip_args(ask, requirements, report=report, extra_indexes=extra, cert=cert),
+                pip_args(ask, requirements, report=report, extra_indexes=extra, cert=cert, constraints=held),
                 report,
                 timeout_s=timeout_s,
             )

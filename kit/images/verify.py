@@ -226,11 +226,28 @@ def run_probe(
     return once(without, {}), access
 
 
+def lock_row(committed: str | None, installed: str | None) -> Row:
+    """The 'lock' row: the image holds exactly images/NAME.lock (pure)."""
+    from kit.images.image_lock import installed_vs_lock
+
+    same, expected, found = installed_vs_lock(committed, installed)
+    if same is None:
+        return Row("lock", expected, found, NOT_CHECKED, found)
+    return Row("lock", expected, found, OK if same else DRIFT)
+
+
 def result_of(
-    manifest: Manifest, *, tag: str, image_id: str, report: dict, access: GpuAccess, seconds: float
+    manifest: Manifest,
+    *,
+    tag: str,
+    image_id: str,
+    report: dict,
+    access: GpuAccess,
+    seconds: float,
+    lock: Row | None = None,
 ) -> VerifyResult:
     """The result of one probe run (pure): rows, verdict and counts."""
-    rows = compare(manifest, report, access=access)
+    rows = compare(manifest, report, access=access) + ([lock] if lock else [])
     result_verdict = verdict(rows, access)
     return VerifyResult(
         name=manifest.name,
@@ -263,8 +280,35 @@ def verify_image(
         tag, name=manifest.name, flavor=manifest.flavor, mode=gpus, collective_timeout_s=collective_timeout_s
     )
     return result_of(
-        manifest, tag=tag, image_id=info.id, report=report, access=access, seconds=time.monotonic() - started
+        manifest,
+        tag=tag,
+        image_id=info.id,
+        report=report,
+        access=access,
+        seconds=time.monotonic() - started,
+        lock=lock_row(*_locks(manifest, tag)),
     )
+
+
+def _locks(manifest: Manifest, tag: str) -> tuple[str | None, str | None]:
+    """(images/NAME.lock, what pip installed in the image); None for one that is not there. An image
+    built before locks recorded its `pip freeze --all` at lock.txt instead of installed.txt."""
+    from kit.images.image_lock import lock_path
+    from kit.images.inspect import read_file
+    from kit.images.lock import INSTALLED_PATH, LOCK_PATH
+
+    path = lock_path(manifest.name)
+    committed = path.read_text(encoding="utf-8") if path.is_file() else None
+    installed = None
+    for recorded in (INSTALLED_PATH, LOCK_PATH):
+        try:
+            text = read_file(tag, recorded, label_image=manifest.name).decode("utf-8", errors="replace")
+        except KitError:
+            continue
+        # A hashed lock.txt is the lock itself, not a record of what was installed: never its own proof.
+        installed = None if recorded == LOCK_PATH and "--hash=" in text else text
+        break
+    return committed, installed
 
 
 __all__ = [
@@ -282,6 +326,7 @@ __all__ = [
     "arch_names",
     "compare",
     "counts",
+    "lock_row",
     "major_minor",
     "parse_probe_output",
     "probe_args",

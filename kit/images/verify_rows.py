@@ -40,11 +40,20 @@ class Row:
 # --- pure comparison -------------------------------------------------------------------------------
 
 
-def version_matches(expected: str, found: str | None) -> bool:
-    """Exact, or a pin without a local label ('2.14.1') met by a local build ('2.14.1+cu130')."""
+def version_matches(expected: str, found: str | None, *, build: str | None = None) -> bool:
+    """Exact, or a pin without a local label ('2.14.1') met by a local build ('2.14.1+cu130'); when
+    `build` is given ('cu130': PyPI's torch is the CUDA 13.0 build), only by that one."""
     if not found:
         return False
-    return found == expected or ("+" not in expected and found.split("+", 1)[0] == expected)
+    if found == expected:
+        return True
+    release, _, label = found.partition("+")
+    return "+" not in expected and release == expected and (not build or not label or label == build)
+
+
+def _cuda_build(manifest: Manifest) -> str | None:
+    """'cu130' for a CUDA 13.0 image: the only local label its torch and torchvision may carry."""
+    return "cu" + manifest.pins.cuda.replace(".", "") if manifest.pins.cuda else None
 
 
 def major_minor(version: str | None) -> str:
@@ -74,7 +83,8 @@ def _torch_rows(manifest: Manifest, torch: dict) -> tuple[list[Row], bool]:
     if not torch.get("imported"):
         return [_row("torch", manifest.pins.torch, f"import failed: {torch.get('error', '?')}", False)], False
     found = str(torch.get("version"))
-    return [_row("torch", manifest.pins.torch, found, version_matches(manifest.pins.torch, found))], True
+    ok = version_matches(manifest.pins.torch, found, build=_cuda_build(manifest))
+    return [_row("torch", manifest.pins.torch, found, ok)], True
 
 
 def _dist(report: dict, name: str) -> str | None:
@@ -85,9 +95,9 @@ def _module(report: dict, name: str) -> dict:
     return (report.get("modules") or {}).get(name) or {"found": False}
 
 
-def _pinned_dist_row(check: str, dist: str, pin: str, report: dict) -> Row:
+def _pinned_dist_row(check: str, dist: str, pin: str, report: dict, *, build: str | None = None) -> Row:
     found = _dist(report, dist)
-    return _row(check, pin, found or "not installed", version_matches(pin, found))
+    return _row(check, pin, found or "not installed", version_matches(pin, found, build=build))
 
 
 def _stand_in_row(check: str, dists: tuple[str, ...], module: str, report: dict) -> Row:
@@ -370,7 +380,8 @@ def _cuda_rows(manifest: Manifest, report: dict, torch: dict, torch_ok: bool, ac
     if _dist(report, "flashinfer-cubin"):
         rows.append(_pinned_dist_row("flashinfer-cubin", "flashinfer-cubin", pins.flashinfer, report))
     if pins.torchvision:
-        rows.append(_pinned_dist_row("torchvision", "torchvision", pins.torchvision, report))
+        build = _cuda_build(manifest)
+        rows.append(_pinned_dist_row("torchvision", "torchvision", pins.torchvision, report, build=build))
     found_arches = list(torch.get("arch_list") or []) if torch_ok else []
     missing = [a for a in manifest.arch_list if not (arch_names(a) & set(found_arches))]
     rows.append(

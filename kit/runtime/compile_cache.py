@@ -26,7 +26,8 @@ MOUNT = "/var/cache/kit-compile"
 
 ENV: dict[str, str] = {
     # Triton's kernel cache. triton/knobs.py: cache_knobs.dir = env_str_callable_default(
-    # "TRITON_CACHE_DIR", ~/.triton/cache) (triton 3.5 of torch 2.9.1, 3.9.0 in the 0.5.23 images);
+    # "TRITON_CACHE_DIR", ~/.triton/cache) (triton 3.5 of torch 2.9.1; the 0.5.23 GPU image's
+    # lock has 3.8.0, torch 2.14.1's triton~=3.8.0; the CPU rehearsal's 3.9.0);
     # torch/_inductor/runtime/cache_dir_utils.py triton_cache_dir() reads it too.
     "TRITON_CACHE_DIR": f"{MOUNT}/triton",
     # torch inductor's FX-graph and code caches. torch/_inductor/runtime/cache_dir_utils.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,8 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
     assert rows["sgl_kernel op"]["why"] == "the kit's stand-in, not a CUDA kernel"
     assert rows["all_reduce"]["found"].startswith("2 ranks (gloo): 3 on every rank")
     assert rows["py-spy"]["found"] == "0.4.3; 'py-spy 0.4.3'"
+    # The image holds exactly its lock: what pip installed (installed.txt) against images/NAME.lock.
+    assert rows["lock"]["found"].startswith("0 differences")
     ranks = result["report"]["all_reduce"]["ranks"]
     assert [r["stage"] for r in ranks] == ["done", "done"] and all(
         r["low"] == r["high"] == 3.0 for r in ranks
@@ -65,7 +68,9 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
 def test_verify_human_table(cpu_image, capsys):
     assert run_kit(["image", "verify", CPU_IMAGE, "--gpus", "none"]) == 0
     out = capsys.readouterr().out
-    assert "matches its manifest: all 12 checks ran and matched" in out and "compiled arch list" in out
+    # 12 checks of the manifest and the image's lock
+    assert "matches its manifest: all 13 checks ran and matched" in out and "compiled arch list" in out
+    assert "0 differences" in out
     assert "DRIFT" not in out and "not checked" not in out
 
 
@@ -132,6 +137,21 @@ def test_verify_names_drift_and_exits_1(cpu_image, project, capsys):
     assert "DRIFT" in captured.out and "0.5.22" in captured.out
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "differs from images/sglang-0.5.23-cpu.toml in 1 check(s): sglang" in err[0]
+
+
+def test_verify_names_each_package_where_the_image_and_its_lock_differ(cpu_image, project, capsys):
+    """The committed lock moved on (relocked, not rebuilt): the lock row is the one drift, naming it."""
+    path = project / "images" / f"{CPU_IMAGE}.lock"
+    text = path.read_text(encoding="utf-8")
+    installed = re.search(r"^filelock==(\S+) ", text, flags=re.M)
+    assert installed
+    path.write_text(text.replace(f"filelock=={installed[1]} ", "filelock==0.0.1 ", 1), encoding="utf-8")
+    assert run_kit(["image", "verify", CPU_IMAGE, "--json"]) == 1
+    rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert [c for c, r in rows.items() if r["status"] != "ok"] == ["lock"]
+    assert (
+        rows["lock"]["found"] == f"1 difference(s): filelock 0.0.1 in the lock, {installed[1]} in the image"
+    )
 
 
 def test_verify_of_an_unbuilt_image_is_exit_3(engine, capsys):

@@ -3,6 +3,7 @@ declares, and no ARG has a default that could silently stand in for a missing pi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,7 +85,7 @@ def test_gpu_build_args_carry_every_pin(name: str):
     manifest = load_manifest(name, ROOT / "images")
     fed = build_args(manifest)
     pins = manifest.pins
-    assert fed["TORCH_INDEX_URL"] == pins.torch_index
+    assert fed["TORCH_INDEX_URL"] == (pins.torch_index or "")
     assert (fed["NCCL_PACKAGE"], fed["KIT_NCCL_VERSION"]) == (pins.nccl_package, pins.nccl)
     assert "12.0" in fed["TORCH_CUDA_ARCH_LIST"].split(";")
     assert fed["BASE_IMAGE"].startswith("nvidia/cuda:") and "-cudnn-devel-ubuntu24.04" in fed["BASE_IMAGE"]
@@ -105,7 +106,7 @@ def test_args_used_after_from_are_declared_after_from():
     assert used <= in_stage, f"used after FROM without an ARG there: {sorted(used - in_stage)}"
 
 
-# --- the torch step itself, run by bash and real pip against local stand-in indexes ---------------
+# --- the install step itself, run by bash and real pip against local stand-in indexes ---------------
 
 
 def _fake_wheel(
@@ -139,28 +140,46 @@ def _simple_index(root: Path, wheels: list[Path]) -> str:
     return root.as_uri() + "/"
 
 
-def _torch_step() -> str:
-    """The RUN instruction right after `COPY images/wheels/ /tmp/kit-wheels/`, as bash will run it."""
+def _lock_step() -> str:
+    """The RUN instruction right after `COPY images/${KIT_IMAGE_NAME}.lock ...`, as bash will run it."""
     steps = instructions(DOCKERFILE)
-    at = steps.index(("COPY", "images/wheels/ /tmp/kit-wheels/"))
+    at = steps.index(("COPY", "images/${KIT_IMAGE_NAME}.lock /opt/kit/lock.txt"))
+    assert steps[at - 1] == ("COPY", "images/wheels/ /tmp/kit-wheels/")
     keyword, script = steps[at + 1]
     assert keyword == "RUN"
     return script
 
 
-def _run_torch_step(tmp_path: Path, args: dict[str, str]) -> subprocess.CompletedProcess:
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run_lock_step(
+    tmp_path: Path, lock: str, args: dict[str, str], pypi: list[Path]
+) -> subprocess.CompletedProcess:
     wheels, venv, bindir = tmp_path / "kit-wheels", tmp_path / "venv", tmp_path / "bin"
+    for folder in (venv, bindir):
+        shutil.rmtree(folder, ignore_errors=True)
     bindir.mkdir()
+    (tmp_path / "image.lock").write_text(lock, encoding="utf-8")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    # `pip` in the step is this venv's pip, installing into the throw-away venv.
-    (bindir / "pip").write_text(f'#!/bin/sh\nexec {sys.executable} -m pip --python {venv}/bin/python "$@"\n')
-    (bindir / "pip").chmod(0o755)
-    script = _torch_step().replace("/tmp/kit-wheels", str(wheels)).replace("/opt/venv", str(venv))
+    # `python -m pip` in the step is this venv's pip, installing into the throw-away venv.
+    (bindir / "python").write_text(
+        f'#!/bin/sh\nshift 2\nexec {sys.executable} -m pip --python {venv}/bin/python "$@"\n'
+    )
+    (bindir / "python").chmod(0o755)
+    script = (
+        _lock_step()
+        .replace("/tmp/kit-wheels", str(wheels))
+        .replace("/opt/kit/lock.txt", str(tmp_path / "image.lock"))
+    )
     env = {
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "HOME": str(tmp_path),
         "PIP_CONFIG_FILE": os.devnull,  # not this host's pip config (its find-links, indexes)
-        "PIP_INDEX_URL": _simple_index(tmp_path / "pypi", []),  # an empty PyPI: nothing leaves the disk
+        "PIP_INDEX_URL": _simple_index(tmp_path / "pypi", pypi),  # a PyPI on disk: nothing leaves it
         "PIP_NO_CACHE_DIR": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         **args,
@@ -170,60 +189,46 @@ def _run_torch_step(tmp_path: Path, args: dict[str, str]) -> subprocess.Complete
     )
 
 
+def _installed(tmp_path: Path) -> dict[str, str]:
+    check = (
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps({d.name: d.version for d in m.distributions()}))"
+    )
+    python = tmp_path / "venv" / "bin" / "python"
+    return json.loads(
+        subprocess.run([python, "-c", check], capture_output=True, text=True, check=True).stdout
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in MANIFESTS if load_manifest(n, ROOT / "images").flavor == "cuda"])
-def test_the_torch_step_with_a_local_wheel_installs_it_and_torchvision_from_the_torch_index(tmp_path, name):
-    manifest = load_manifest(name, ROOT / "images")
-    pins = manifest.pins
-    assert pins.torchvision
+def test_the_install_step_installs_the_lock_and_nothing_else_and_refuses_a_file_it_does_not_name(tmp_path):
+    """The CPU image's shape: torch from the wheel the kit sends (no torch index), the rest from
+    PyPI; a dependency the lock leaves out is not resolved in, and a changed file is refused."""
+    manifest = load_manifest("sglang-0.5.23-cpu", ROOT / "images")
+    args = build_args(manifest, torch_wheel=f"torch-{manifest.pins.torch}-cp311-cp311-linux_x86_64.whl")
+    assert args["TORCH_INDEX_URL"] == ""
     (tmp_path / "kit-wheels").mkdir()
     (tmp_path / "dl").mkdir()
-    local = _fake_wheel(tmp_path / "kit-wheels", "torch", pins.torch, "local")
-    torch_index = _simple_index(
-        tmp_path / "torch-index",
-        [
-            _fake_wheel(tmp_path / "dl", "torch", pins.torch, "index"),
-            _fake_wheel(tmp_path / "dl", "torchvision", pins.torchvision, "index", (f"torch=={pins.torch}",)),
-        ],
+    torch = _fake_wheel(tmp_path / "kit-wheels", "torch", manifest.pins.torch, "local")
+    sglang = _fake_wheel(tmp_path / "dl", "sglang", manifest.pins.sglang, "pypi", ("unlocked==1.0",))
+    unlocked = _fake_wheel(tmp_path / "dl", "unlocked", "1.0", "pypi")
+    lock = (
+        f"sglang=={manifest.pins.sglang} \\\n    --hash=sha256:{_sha256(sglang)}\n"
+        f"torch=={manifest.pins.torch} \\\n    --hash=sha256:{_sha256(torch)}\n"
     )
-    args = build_args(manifest, torch_wheel=local.name)
-    assert args["TORCH_INDEX_URL"] == pins.torch_index
-    args["TORCH_INDEX_URL"] = torch_index  # the same role, on disk
-
-    done = _run_torch_step(tmp_path, args)
+    done = _run_lock_step(tmp_path, lock, args, [sglang, unlocked])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    python = tmp_path / "venv" / "bin" / "python"
-    check = (
-        "import importlib.metadata as m, torch\n"
-        "print(torch.SOURCE, m.version('torch'), m.version('torchvision'))"
-    )
-    installed = subprocess.run([python, "-c", check], capture_output=True, text=True, timeout=60, check=True)
-    assert installed.stdout.split() == ["local", pins.torch, pins.torchvision]
-    constraints = (tmp_path / "venv" / "kit-constraints.txt").read_text().split()
-    assert constraints == [f"torch=={pins.torch}", f"torchvision=={pins.torchvision}"]
+    installed = _installed(tmp_path)
+    assert installed == {"sglang": manifest.pins.sglang, "torch": manifest.pins.torch}  # no 'unlocked'
+    assert "download.pytorch.org" not in done.stdout + done.stderr
     assert not (tmp_path / "kit-wheels").exists()  # the step removes the wheels it was sent
 
-    # What the step got before the fix: no index once torch came from a local wheel.
+    # The same lock, PyPI's sglang file changed under it: pip refuses the file, nothing is installed.
     (tmp_path / "kit-wheels").mkdir()
-    local.write_bytes((tmp_path / "dl" / local.name).read_bytes())
-    shutil.rmtree(tmp_path / "venv")
-    shutil.rmtree(tmp_path / "bin")
-    broken = _run_torch_step(tmp_path, {**args, "TORCH_INDEX_URL": ""})
-    assert broken.returncode != 0
-    assert (
-        f"No matching distribution found for torchvision=={pins.torchvision}" in broken.stdout + broken.stderr
-    )
-
-
-@pytest.mark.slow
-def test_the_torch_step_of_the_cpu_image_with_a_local_wheel_needs_no_torch_index(tmp_path):
-    manifest = load_manifest("sglang-0.5.23-cpu", ROOT / "images")
-    (tmp_path / "kit-wheels").mkdir()
-    local = _fake_wheel(tmp_path / "kit-wheels", "torch", manifest.pins.torch, "local")
-    args = build_args(manifest, torch_wheel=local.name)
-    assert args["TORCH_INDEX_URL"] == "" and args["TORCHVISION_VERSION"] == ""
-    done = _run_torch_step(tmp_path, args)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "download.pytorch.org" not in done.stdout + done.stderr
-    constraints = (tmp_path / "venv" / "kit-constraints.txt").read_text().split()
-    assert constraints == [f"torch=={manifest.pins.torch}"]
+    torch = _fake_wheel(tmp_path / "kit-wheels", "torch", manifest.pins.torch, "local")
+    (tmp_path / "dl2").mkdir()
+    other = _fake_wheel(tmp_path / "dl2", "sglang", manifest.pins.sglang, "tampered")
+    refused = _run_lock_step(tmp_path, lock, args, [other, unlocked])
+    assert refused.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.stdout + refused.stderr
+    assert "sglang" not in _installed(tmp_path)

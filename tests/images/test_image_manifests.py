@@ -29,10 +29,14 @@ def test_gpu_manifests_pin_everything_for_sm120(name: str):
     assert m.base.image.startswith("nvidia/cuda:") and m.base.image.endswith("-cudnn-devel-ubuntu24.04")
     assert m.base.python == "python3.12"  # Ubuntu 24.04's interpreter; both sglang wheels exist for it
     assert "12.0" in m.arch_list
-    # Exact pins: no ranges, and the CUDA build of torch matches the CUDA pin and index.
+    # Exact pins: no ranges, and the CUDA build of torch matches the CUDA pin and index; or PyPI's
+    # build, no extra index (its CUDA is held by the lock: cuda-toolkit, CUDA wheels at the minor).
     cu = "cu" + m.pins.cuda.replace(".", "")
-    assert m.pins.torch.endswith("+" + cu) and m.pins.torchvision.endswith("+" + cu)
-    assert m.pins.torch_index == f"https://download.pytorch.org/whl/{cu}"
+    if m.pins.torch_index:
+        assert m.pins.torch.endswith("+" + cu) and m.pins.torchvision.endswith("+" + cu)
+        assert m.pins.torch_index == f"https://download.pytorch.org/whl/{cu}"
+    else:
+        assert "+" not in m.pins.torch and "+" not in m.pins.torchvision
     assert m.pins.nccl_package == f"nvidia-nccl-cu{m.pins.cuda.split('.')[0]}"
     assert m.base.image.split(":")[1].startswith(m.pins.cuda + ".")
     for value in (m.pins.sglang, m.pins.sglang_kernel, m.pins.flashinfer, m.pins.nccl):
@@ -152,14 +156,14 @@ def test_paths_are_relative_to_the_project(project: Path, capsys, no_engine):
 
 
 def test_the_cu129_image_force_pins_cudnn_after_torch_like_sglangs_own_install():
-    from kit.images.build import build_args
+    from kit.images.image_lock import lock_ask
     from kit.images.manifest import parse_manifest
 
     m = load_manifest("sglang-0.5.10.post1-cu129-sm120", IMAGES)
     assert m.force_pip == ("nvidia-cudnn-cu12==9.16.0.29",)
-    assert build_args(m)["FORCE_PIP"] == "nvidia-cudnn-cu12==9.16.0.29"
-    cpu_args = build_args(load_manifest("sglang-0.5.23-cpu", IMAGES))
-    assert cpu_args["FORCE_PIP"] == ""
+    # The lock forces it over torch's own cuDNN pin (a uv override), beside NCCL.
+    assert lock_ask(m).overrides == ("nvidia-nccl-cu12==2.28.3", "nvidia-cudnn-cu12==9.16.0.29")
+    assert lock_ask(load_manifest("sglang-0.5.23-cpu", IMAGES)).overrides == ()
     cpu = IMAGES / "sglang-0.5.23-cpu.toml"
     text = cpu.read_text().replace("[base]", 'force_pip = ["nvidia-cudnn-cu12"]\n\n[base]', 1)
     with pytest.raises(Exception, match="force_pip: 'nvidia-cudnn-cu12' is not pinned with =="):

@@ -54,8 +54,9 @@ def test_the_platform_is_the_images_not_this_machines():
     tags = platform_tags("2.39")
     assert tags[0] == "manylinux_2_39_x86_64" and "manylinux_2_27_x86_64" in tags  # cuDNN's wheels
     assert tags[-4:] == ("manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64")
-    ask = ask_for(CU130)
-    assert ask.python == "3.12" and ask.glibc == "2.39" and ask.extra_indexes == (CU130.pins.torch_index,)
+    assert ask_for(CU130).extra_indexes == ()  # PyPI's torch 2.14.1 is the CUDA 13.0 build
+    ask = ask_for(CU129)
+    assert ask.python == "3.12" and ask.glibc == "2.39" and ask.extra_indexes == (CU129.pins.torch_index,)
     args = pip_args(ask, ask.requirements, report=ROOT / "r.json", extra_indexes=ask.extra_indexes)
     assert args[:4] == [
         "install",
@@ -67,7 +68,7 @@ def test_the_platform_is_the_images_not_this_machines():
         assert flag in args
     assert args[args.index("--python-version") + 1] == "3.12"
     assert args[args.index("--index-url") + 1] == "https://pypi.org/simple"
-    assert args[args.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu130"
+    assert args[args.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu129"
     assert args.count("--platform") == len(tags) and args[-len(ask.requirements) :] == list(ask.requirements)
     assert "--no-deps" in pip_args(ask, ["x==1"], report=ROOT / "r.json", extra_indexes=(), no_deps=True)
 
@@ -75,20 +76,22 @@ def test_the_platform_is_the_images_not_this_machines():
 def test_the_requirements_are_the_dockerfiles():
     together, looked_up = requirements_for(CU130)
     assert together == (
-        "torch==2.14.1+cu130",
-        "torchvision==0.29.1+cu130",
+        "torch==2.14.1",
+        "torchvision==0.29.1",
         "sglang==0.5.23",
         "sglang-kernel==0.4.10",
         "flashinfer-python==0.7.2",
         "py-spy==0.4.3",
     )
-    assert looked_up == ("nvidia-nccl-cu13==2.30.7",)  # force-pinned --no-deps, as the Dockerfile does
-    assert requirements_for(CU129)[1] == ("nvidia-nccl-cu12==2.28.3", "nvidia-cudnn-cu12==9.16.0.29")
+    assert looked_up == ("nvidia-nccl-cu13==2.30.7",)  # forced over torch's own pins (a lock override)
+    together, looked_up = requirements_for(CU129)
+    assert looked_up == ("nvidia-nccl-cu12==2.28.3", "nvidia-cudnn-cu12==9.16.0.29")
+    assert together[:2] == ("torch==2.9.1+cu129", "torchvision==0.24.1+cu129")
     plain, replaced = without_local_labels(together)
-    assert plain[:2] == ("torch==2.14.1", "torchvision==0.29.1") and plain[2:] == together[2:]
+    assert plain[:2] == ("torch==2.9.1", "torchvision==0.24.1") and plain[2:] == together[2:]
     assert replaced == (
-        "torch==2.14.1+cu130 -> torch==2.14.1",
-        "torchvision==0.29.1+cu130 -> torchvision==0.29.1",
+        "torch==2.9.1+cu129 -> torch==2.9.1",
+        "torchvision==0.24.1+cu129 -> torchvision==0.24.1",
     )
 
 

@@ -359,6 +359,9 @@ def test_version_rules():
     assert version_matches("2.14.1", "2.14.1+cu130")
     assert not version_matches("2.14.1+cu130", "2.14.1")
     assert not version_matches("2.14.1+cu130", "2.14.1+cu128")
+    # PyPI's torch 2.14.1 is the cu130 build: a plain pin in a CUDA 13.0 image takes no other build.
+    assert version_matches("2.14.1", "2.14.1+cu130", build="cu130")
+    assert not version_matches("2.14.1", "2.14.1+cu128", build="cu130")
     assert not version_matches("0.5.2", "0.5.23")
     assert not version_matches("1", None)
     assert {"sm_120", "compute_120"} <= arch_names("12.0") and "sm_120" in arch_names("12.0+PTX")
