@@ -9,6 +9,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
+from kit.cli.params import FiniteFloat
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -265,7 +266,7 @@ def build_args_cmd(name: str, fmt: str) -> None:
 )
 @click.option(
     "--collective-timeout",
-    type=click.FloatRange(min=5, max=1800),
+    type=FiniteFloat(5, 1800, example="90", low_open=False),
     default=90,
     show_default=True,
     help="Seconds the all_reduce may take, process start to result.",
@@ -404,7 +405,7 @@ def _human_diff(result, out) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=30),
+    type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
     default=900,
     show_default=True,
     help="Seconds pip may take per image.",

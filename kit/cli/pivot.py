@@ -17,6 +17,7 @@ from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
+from kit.cli.params import FiniteFloat
 from kit.cli.signals import interruptible
 from kit.cli.up import fault_option
 from kit.output import console, emit_json, jsonable
@@ -453,7 +454,12 @@ def print_bisect(result: Any, out: Console) -> None:
 @image_option
 @set_option
 @click.option(
-    "--budget", "budget_s", type=float, default=None, metavar="SECONDS", help="Total time for the ladder."
+    "--budget",
+    "budget_s",
+    type=FiniteFloat(0, 7 * 24 * 3600, example="--budget 3600"),
+    default=None,
+    metavar="SECONDS",
+    help="Total time for the ladder (seconds, more than 0).",
 )
 @click.option(
     "--from",
