@@ -238,19 +238,32 @@ def watcher_policy(status: UnitStatus) -> str:
 
 
 class UnitProblem(Exception):
-    """systemctl is missing or did not answer; the message says which and why."""
+    """systemctl is missing or did not answer; the message says which and why. `no_systemd`: the
+    host has no systemd to ask (not installed, no bus): the machine's lack, not a wrong name."""
+
+    def __init__(self, message: str, *, no_systemd: bool = False):
+        super().__init__(message)
+        self.no_systemd = no_systemd
+
+
+# systemctl's words when there is no systemd to talk to (a container, WSL without systemd).
+_NO_BUS = ("Failed to connect to bus", "System has not been booted with systemd", "Failed to get D-Bus")
 
 
 def _run(argv: list[str]) -> str:
     if shutil.which(argv[0]) is None:
-        raise UnitProblem(f"{argv[0]} is not installed here (no systemd)")
+        raise UnitProblem(f"{argv[0]} is not installed here (no systemd)", no_systemd=True)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnitProblem(f"{' '.join(argv[:3])} failed: {type(exc).__name__}") from exc
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines()
-        raise UnitProblem(f"{' '.join(argv[:3])} exited {done.returncode}: {why[-1] if why else 'no output'}")
+        said = why[-1] if why else "no output"
+        raise UnitProblem(
+            f"{' '.join(argv[:3])} exited {done.returncode}: {said}",
+            no_systemd=any(words in (done.stderr or "") for words in _NO_BUS),
+        )
     return done.stdout
 
 
