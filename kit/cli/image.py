@@ -9,7 +9,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import FiniteFloat
+from kit.cli.params import FiniteFloat, InputFile
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -25,7 +25,7 @@ def image() -> None:
 @click.argument("name")
 @click.option(
     "--ca-bundle",
-    type=click.Path(path_type=Path),
+    type=InputFile(example="--ca-bundle /etc/ssl/certs/ca-certificates.crt"),
     help="PEM bundle trusted during the build (default: the one your pip uses, if any).",
 )
 @click.option("--no-host-ca", is_flag=True, help="Do not pass the host pip's CA bundle.")
@@ -33,7 +33,7 @@ def image() -> None:
     "--wheel-dir",
     "wheel_dirs",
     multiple=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
     help="Folder with a local torch wheel (default: your pip's find-links folders).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")

@@ -8,6 +8,7 @@ option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.p
     Pid           a running host process: a positive number that exists now
     LimitValue    --deadline/--stall STAGE=SECONDS (the stages kit.logs.limits knows, finite seconds)
     SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
+    InputFile     a file read whole (a CA bundle): regular, not empty, bounded
     Line          one line of printable text (names, paths): nothing a rendered file would split on
     OutputFile    -o FILE: a regular file or nothing yet, in a folder that exists (kit.files)
 """
@@ -173,6 +174,31 @@ class OutputFile(click.ParamType):
         if problem:
             refuse(param, problem, "e.g. -o ./bundle.tar.gz")
         return Path(text)
+
+
+class InputFile(click.ParamType):
+    """A file the command reads whole (a CA bundle): a regular, non-empty file under a size bound
+    (no device, FIFO or folder, which would block or never end)."""
+
+    name = "file"
+
+    def __init__(self, max_bytes: int = 16 << 20, *, example: str):
+        self.max_bytes, self.example = max_bytes, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        import stat
+
+        path = Path(str(value))
+        try:
+            info = path.stat()
+        except OSError as exc:
+            refuse(param, f"cannot read {str(value)!r}: {exc.strerror or exc}", f"e.g. {self.example}")
+        if not stat.S_ISREG(info.st_mode):
+            refuse(param, f"{value} is not a regular file", f"e.g. {self.example}")
+        if not 0 < info.st_size <= self.max_bytes:
+            size = "empty" if not info.st_size else f"{info.st_size} bytes, over {self.max_bytes}"
+            refuse(param, f"{value} is {size}", f"e.g. {self.example}")
+        return path
 
 
 LINE = Line()

@@ -17,7 +17,7 @@ from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
-from kit.cli.params import FiniteFloat
+from kit.cli.params import WEEK_S, FiniteFloat
 from kit.cli.signals import interruptible
 from kit.cli.up import fault_option
 from kit.output import console, emit_json, jsonable
@@ -74,8 +74,10 @@ def _deadlines(values: tuple[str, ...]) -> dict[str, float]:
             seconds = float(number)
         except ValueError:
             raise InputError("--deadline", f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not seconds > 0:
-            raise InputError("--deadline", f"'{raw}' must be more than 0 seconds", "e.g. init=30")
+        if not 0 < seconds <= WEEK_S:  # nan and inf fail this too
+            raise InputError(
+                "--deadline", f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
+            )
         result[step.strip()] = seconds
     return result
 
@@ -258,6 +260,7 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
     gpus = host_has_gpus() if target is None and image is None else False
     spec = preflight_spec(target, image=image, overrides=overrides, host_has_gpus=gpus)
     count = ranks or spec.ranks
+    step_deadlines = _deadlines(deadline)  # a bad one is one line, before the header is printed
     interruptible()
     title = f"kit preflight {spec.target} ({spec.image}, {count} ranks)" + (
         f", fault {fault}" if fault else ""
@@ -269,7 +272,7 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
             fault=fault,
             retry_without_p2p=not no_retry,
             until=until,
-            deadlines=_deadlines(deadline),
+            deadlines=step_deadlines,
             on_progress=view.update,
             on_start=view.started,
         )
