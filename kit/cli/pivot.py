@@ -61,6 +61,16 @@ def print_rows(
         out.print(line(row, {status: _style(row[status])} if status is not None else {}), soft_wrap=True)
 
 
+def lines_json_option(func):
+    """--json for the commands that stream: JSON lines, the result last (their --help footer says so)."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print JSON lines: one object per step as it happens, the result last.",
+    )(func)
+
+
 def _deadlines(values: tuple[str, ...]) -> dict[str, float]:
     from kit.errors import InputError
     from kit.pivot.steps import ALL_STEPS
@@ -244,7 +254,7 @@ def print_preflight(result: Any, out: Console) -> None:
 )
 @click.option("--deadline", multiple=True, metavar="STEP=SECONDS", help="Override a step's deadline.")
 @fault_option("CPU rehearsal only, test-only: plant a fault (hang-init:rank=1, hang-p2p, ...).")
-@json_option
+@lines_json_option
 def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault, as_json) -> None:
     """In the image, N ranks: SGLang's own set-up and group init, a checked all_reduce, P2P between
     every pair, an all_reduce sweep. NCCL_DEBUG=INFO whatever the profile says; --json names every
@@ -473,7 +483,7 @@ def print_bisect(result: Any, out: Console) -> None:
 )
 @fault_option("CPU rehearsal only, test-only: plant a fault in every rung's run (e.g. hang-p2p).")
 @click.option("--plan", is_flag=True, help="Print what each rung would try, run or skip (why); run nothing.")
-@json_option
+@lines_json_option
 def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -> None:
     """Climb doctor -> preflight -> base profile -> TARGET's profile; on the first failing rung, change
     one thing at a time (MTP off, NCCL_P2P_DISABLE=1, --disable-custom-all-reduce, CUDA graphs off,

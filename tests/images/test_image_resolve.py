@@ -210,7 +210,6 @@ def test_every_gpu_manifest_resolves_or_says_why_it_could_not(capsys):
     assert code == expected, err
 
 
-
 def test_pip_running_past_the_timeout_is_no_answer_not_a_conflict(monkeypatch, tmp_path):
     """`kit image resolve --timeout 30` with a slow or unreachable index: ENVIRONMENT (3), not CONFLICT."""
     import subprocess
