@@ -211,7 +211,7 @@ def analyze_text(
 
 
 def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> AnalysisReport:
-    """Read a log file with a bounded memory (kit.files.read_log: its head and tail past ~48 MB;
+    """Read a log file with a bounded memory (kit.files.read_log: its head and tail past 32 MiB;
     empty or binary is an InputError) and analyse it."""
     from kit.files import read_log
 
