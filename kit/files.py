@@ -91,6 +91,23 @@ def write_atomic(path: Path, data: bytes, *, field: str = "-o", parents: bool = 
     return path
 
 
+def read_bounded(path: str | Path, max_bytes: int, *, field: str, fix: str, name: str | None = None) -> bytes:
+    """A whole file of at most MAX_BYTES: a regular file (a device never ends, a FIFO may block
+    forever), read with the bound applied while reading (a file that grows meanwhile is cut off)."""
+    name = name or str(path)
+    try:
+        mode = os.stat(path).st_mode  # before open(): opening a FIFO blocks until a writer comes
+        if not stat.S_ISREG(mode):
+            raise InputError(field, f"{name} is {_kind(mode)}, not a file", fix)
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(field, f"cannot read {name} ({exc.strerror or exc})", fix) from exc
+    if len(data) > max_bytes:
+        raise InputError(field, f"{name} has more than {max_bytes} bytes", fix)
+    return data
+
+
 @dataclass(frozen=True)
 class LogText:
     """A log's text as read: whole, or its head and tail with the middle skipped (counted)."""

@@ -119,3 +119,21 @@ def test_a_big_log_keeps_its_head_and_tail_and_counts_the_middle(monkeypatch):
     assert len(kept) + log.skipped_lines == 2000 + 1  # the head's cut line shows twice, in part
     assert "of the middle skipped" in log.text
     assert len(log.text) < 2200
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder", "too big"])
+def test_read_bounded_reads_only_a_regular_file_under_its_bound(tmp_path, kind):
+    from kit.files import read_bounded
+
+    path = tmp_path / "b.tar.gz"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: open() would block forever
+    elif kind == "device":
+        path = Path("/dev/zero")  # never ends
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        with open(path, "wb") as handle:
+            handle.truncate(2048)
+    with pytest.raises(InputError):
+        read_bounded(path, 1024, field="BUNDLE", fix="give a bundle")

@@ -451,13 +451,12 @@ def _member_rel(path: Path, member: tarfile.TarInfo, stem: str | None) -> tuple[
 
 def read_bundle(path: str | Path) -> Bundle:
     """A bundle, validated; any problem is one InputError (exit 2) naming the file and what is wrong."""
+    from kit.files import read_bounded
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(
-            str(path), f"cannot read it ({exc.strerror or exc})", "give the path of a bundle (.tar.gz)"
-        ) from exc
+    # A bundle is a regular file no bigger than what it may unpack to (a device never ends).
+    fix = "give the path of a bundle (.tar.gz)"
+    data = read_bounded(path, MAX_TOTAL_BYTES, field=str(path), fix=fix, name="it")
     raw = _decompress(path, data)
     members: dict[str, bytes] = {}
     stem: str | None = None
