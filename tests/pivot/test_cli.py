@@ -18,7 +18,7 @@ from pivot_helpers import run_cli
         (["preflight", "tiny", "--deadline", "init"], "kit: error: --deadline: 'init' is not STEP=SECONDS"),
         (
             ["preflight", "tiny", "--deadline", "init=-1"],
-            "kit: error: --deadline: 'init=-1' must be more than 0",
+            "kit: error: --deadline: 'init=-1': seconds must be finite, more than 0",
         ),
         (["preflight", "tiny", "--until", "later"], "kit: error: Invalid value for '--until'"),
         (
