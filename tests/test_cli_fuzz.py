@@ -99,7 +99,13 @@ def _isolated(root: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("NO_COLOR", "1")
-    yield
+    from kit.runtime.engine import client
+
+    client.cache_clear()  # an engine client cached by an earlier test would reach the real engine
+    try:
+        yield
+    finally:
+        client.cache_clear()
 
 
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
