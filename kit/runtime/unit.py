@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kit.errors import InputError
+
 RESTART_VALUES = ("no", "always", "on-success", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
 _CLEAN_SIGNALS = {1, 2, 13, 15}  # SIGHUP, SIGINT, SIGPIPE, SIGTERM
 _TIMEOUT_S = 10
@@ -254,7 +256,10 @@ def _run(argv: list[str]) -> str:
     if shutil.which(argv[0]) is None:
         raise UnitProblem(f"{argv[0]} is not installed here (no systemd)", no_systemd=True)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+        # errors="replace": systemctl may cut a multibyte character of a unit name in its message
+        done = subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=_TIMEOUT_S, check=False
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnitProblem(f"{' '.join(argv[:3])} failed: {type(exc).__name__}") from exc
     if done.returncode != 0:
@@ -274,6 +279,10 @@ def unit_name(name: str) -> str:
 
 class SystemdUnit:
     def __init__(self, name: str):
+        if name.startswith("-"):  # systemctl would read it as an option
+            raise InputError(
+                "--unit", f"'{name}' starts with '-': systemctl would read it as an option", "name a service"
+            )
         self.name = unit_name(name)
 
     def status(self) -> UnitStatus:
