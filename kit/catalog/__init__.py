@@ -4,7 +4,7 @@ A new model is one file in models/ (plus its config.json beside it). See docs/ca
 """
 
 from kit.catalog._load import Catalog, CatalogModel, deep_merge, load_catalog, read_toml
-from kit.catalog._overrides import apply_overrides, parse_override, profile_with_overrides
+from kit.catalog._overrides import apply_overrides, check_override, parse_override, profile_with_overrides
 from kit.catalog._schema import (
     Container,
     Deadlines,
@@ -34,6 +34,7 @@ __all__ = [
     "Target",
     "Timing",
     "apply_overrides",
+    "check_override",
     "deep_merge",
     "load_catalog",
     "parse_override",

@@ -46,6 +46,20 @@ def allowed_keys(model: type[BaseModel]) -> str:
     return ", ".join(field.alias or name for name, field in model.model_fields.items())
 
 
+# What each pydantic type is called in the hint, with TOML's syntax for it (not "give a int").
+_SYNTAX = {
+    "int": "a whole number, e.g. 4",
+    "float": "a number, e.g. 0.85",
+    "bool": "true or false",
+    "string": 'a string, e.g. "qwen3"',
+    "tuple": 'a list, e.g. ["--flag", "value"]',
+    "list": 'a list, e.g. ["a", "b"]',
+    "model": "a table: [section] with key = value lines, or {key = value}",
+    "dict": "a table: [section] with key = value lines, or {key = value}",
+    "finite_number": "a finite number, e.g. 600",
+}
+
+
 def translate(
     where: Path | str, exc: ValidationError, root: type[BaseModel], prefix: tuple[str, ...] = ()
 ) -> InputError:
@@ -74,5 +88,6 @@ def translate(
     if kind in ("literal_error", "enum"):
         fix = "use one of the values above"
     elif kind.endswith("_type") or kind.endswith("_parsing"):
-        fix = f"give a {kind.removesuffix('_type').removesuffix('_parsing')}"
+        base = kind.removesuffix("_type").removesuffix("_parsing")
+        fix = "give " + _SYNTAX.get(base, f"a {base}")
     return InputError(f"{where}: {key}", message, fix)

@@ -7,6 +7,7 @@ anything the user can fix.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -106,7 +107,18 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _forgiving_output() -> None:
+    """A terminal or pipe that cannot encode a character (PYTHONIOENCODING=ascii and a '§' in a
+    log) gets '?', not a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # not a text stream
+                reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> None:
+    _forgiving_output()
     try:
         rv = cli.main(args=argv, prog_name="kit", standalone_mode=False)
     except KitError as exc:

@@ -31,8 +31,10 @@ def analyze(logfile: str, as_json: bool) -> None:
     A log that cannot be read is USAGE.
     """
     if logfile == "-":
-        try:
-            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        from kit.files import read_log
+
+        try:  # bounded and checked like a file: `- < /dev/zero` is refused at its first NUL
+            text = read_log(sys.stdin.buffer, name="stdin").text
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
         report = analyze_text(text, source="-")
@@ -42,8 +44,34 @@ def analyze(logfile: str, as_json: bool) -> None:
         report = analyze_text(bundle_log_text(logfile), source=logfile)
     else:
         report = analyze_path(logfile)
-    show(report, as_json=as_json, human=_human)
+    show(report, as_json=as_json, human=lambda r, out: _human(r, _Printable(out)))
     raise SystemExit(report.exit_code)
+
+
+class _Printable:
+    """The console, with a log's terminal control sequences (window title, clear screen) made
+    harmless in every string printed: the log is someone else's text (bundle show does the same)."""
+
+    def __init__(self, out: Console):
+        self._out = out
+
+    def print(self, *objects, **kwargs) -> None:
+        from kit.diagnose.replay_plan import printable
+
+        def clean(item):
+            if isinstance(item, str):
+                return printable(item)
+            if isinstance(item, Text):
+                return Text(printable(item.plain), style=item.style, spans=item.spans)
+            return item
+
+        self._out.print(*(clean(o) for o in objects), **kwargs)
+
+
+def _clean(text: str) -> str:
+    from kit.diagnose.replay_plan import printable
+
+    return printable(text)
 
 
 def _is_bundle(path: str) -> bool:
@@ -84,11 +112,11 @@ def _human(report: AnalysisReport, out: Console) -> None:
         for row in report.ranks:
             if not row.seen:
                 node = f" (node {row.node})" if row.node is not None else ""
-                table.add_row(row.rank, "-", "-", "-", f"never printed{node}")
+                table.add_row(_clean(row.rank), "-", "-", "-", f"never printed{node}")
                 continue
             table.add_row(
-                row.rank,
-                row.last_milestone or "-",
+                _clean(row.rank),
+                _clean(row.last_milestone or "-"),
                 row.phase or "-",
                 "-" if row.in_phase_s is None else f"{row.in_phase_s:.0f} s",
                 row.last_time[11:19] if row.last_time else "-",

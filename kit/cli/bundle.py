@@ -11,6 +11,7 @@ from rich.console import Console
 from kit.cli import cli
 from kit.cli.catalog import json_option
 from kit.cli.exits import DOCUMENT, PLAIN, exits
+from kit.cli.params import LINE, OUTPUT_FILE, PID
 from kit.errors import InputError
 from kit.output import show
 
@@ -25,22 +26,34 @@ def bundle() -> None:
 @bundle.command("create")
 @click.argument("ref", metavar="[RUN | CONTAINER]", required=False)
 @click.option("--last", is_flag=True, help="The newest run kit up / kit watch recorded.")
-@click.option("--from-log", "from_log", metavar="FILE", help="A pasted log alone (needs --target).")
+@click.option(
+    "--from-log", "from_log", type=LINE, metavar="FILE", help="A pasted log alone (needs --target)."
+)
 @click.option(
     "--pid",
-    type=int,
+    type=PID,
     metavar="PID",
     help="A server running as host process PID (its environment, argv, stacks).",
 )
-@click.option("--unit", metavar="NAME", help="A server running as systemd service NAME.")
-@click.option("--log", "log_file", metavar="FILE", help="With --pid/--unit: the server's log file.")
+@click.option("--unit", type=LINE, metavar="NAME", help="A server running as systemd service NAME.")
+@click.option(
+    "--log", "log_file", type=LINE, metavar="FILE", help="With --pid/--unit: the server's log file."
+)
 @click.option(
     "--target",
+    type=LINE,
     metavar="TARGET",
     help="Catalog target (for --from-log, or a container without the kit's labels).",
 )
-@click.option("--image", metavar="NAME", help="Image manifest the log or container ran (images/NAME.toml).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to write the .tar.gz.")
+@click.option(
+    "--image", type=LINE, metavar="NAME", help="Image manifest the log or container ran (images/NAME.toml)."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=OUTPUT_FILE,
+    help="Where to write the .tar.gz: a new or regular file in a folder that exists (none is created).",
+)
 @json_option
 def create(ref, last, from_log, pid, unit, log_file, target, image, output, as_json) -> None:
     """Write a bundle of RUN (a session id or runs folder), CONTAINER, the --last run, --from-log FILE,

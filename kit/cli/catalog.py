@@ -16,6 +16,7 @@ from rich.console import Console
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
 from kit.cli.host import gpu_access_option, gpus_option
+from kit.cli.params import LINE, SET_VALUE
 from kit.output import err_console, show
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,6 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def image_option(func: F) -> F:
     return click.option(
         "--image",
+        type=LINE,
         metavar="NAME",
         default=None,
         help="Image manifest to launch with (images/NAME.toml); default: the target's own.",
@@ -34,6 +36,7 @@ def set_option(func: F) -> F:
     return click.option(
         "--set",
         "overrides",
+        type=SET_VALUE,  # key and value checked strictly as the command line is read
         metavar="KEY=VALUE",
         multiple=True,
         help="Override a profile key, dotted for nested ones (repeatable): --set mamba_cache=no_buffer, "

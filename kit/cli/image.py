@@ -9,6 +9,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
+from kit.cli.params import FiniteFloat, InputFile
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -33,7 +34,7 @@ def image() -> None:
 )
 @click.option(
     "--ca-bundle",
-    type=click.Path(path_type=Path),
+    type=InputFile(example="--ca-bundle /etc/ssl/certs/ca-certificates.crt"),
     help="PEM bundle trusted during the build (default: the one your pip uses, if any).",
 )
 @click.option("--no-host-ca", is_flag=True, help="Do not pass the host pip's CA bundle.")
@@ -41,7 +42,7 @@ def image() -> None:
     "--wheel-dir",
     "wheel_dirs",
     multiple=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
     help="Folder with a local torch wheel (default: your pip's find-links folders).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
@@ -286,7 +287,7 @@ def build_args_cmd(name: str, fmt: str) -> None:
 )
 @click.option(
     "--collective-timeout",
-    type=click.FloatRange(min=5, max=1800),
+    type=FiniteFloat(5, 1800, example="90", low_open=False),
     default=90,
     show_default=True,
     help="Seconds the all_reduce may take, process start to result.",
@@ -425,7 +426,7 @@ def _human_diff(result, out) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=30),
+    type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
     default=900,
     show_default=True,
     help="Seconds pip may take per image.",

@@ -40,8 +40,10 @@ def fetch_cmd(
     Resumable: run it again after an interruption and it continues where it stopped. HF_TOKEN is
     read from the environment. A bad revision or token is USAGE; no network or no space ENVIRONMENT.
     """
-    from kit.model import fetch
+    from kit.model import fetch, fetch_plan
 
+    # A bad target, image or revision is one line before the progress header.
+    fetch_plan(target, revision=revision, image=image, overrides=overrides)
     with FetchView(target) as view:
         result = fetch(
             target,

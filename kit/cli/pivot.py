@@ -17,6 +17,7 @@ from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
+from kit.cli.params import WEEK_S, FiniteFloat
 from kit.cli.signals import interruptible
 from kit.cli.up import fault_option
 from kit.output import console, emit_json, jsonable
@@ -60,6 +61,16 @@ def print_rows(
         out.print(line(row, {status: _style(row[status])} if status is not None else {}), soft_wrap=True)
 
 
+def lines_json_option(func):
+    """--json for the commands that stream: JSON lines, the result last (their --help footer says so)."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print JSON lines: one object per step as it happens, the result last.",
+    )(func)
+
+
 def _deadlines(values: tuple[str, ...]) -> dict[str, float]:
     from kit.errors import InputError
     from kit.pivot.steps import ALL_STEPS
@@ -73,8 +84,10 @@ def _deadlines(values: tuple[str, ...]) -> dict[str, float]:
             seconds = float(number)
         except ValueError:
             raise InputError("--deadline", f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not seconds > 0:
-            raise InputError("--deadline", f"'{raw}' must be more than 0 seconds", "e.g. init=30")
+        if not 0 < seconds <= WEEK_S:  # nan and inf fail this too
+            raise InputError(
+                "--deadline", f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
+            )
         result[step.strip()] = seconds
     return result
 
@@ -242,7 +255,7 @@ def print_preflight(result: Any, out: Console) -> None:
 )
 @click.option("--deadline", multiple=True, metavar="STEP=SECONDS", help="Override a step's deadline.")
 @fault_option("CPU rehearsal only, test-only: plant a fault (hang-init:rank=1, hang-p2p, ...).")
-@json_option
+@lines_json_option
 def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault, as_json) -> None:
     """In the image, N ranks: SGLang's own set-up and group init, a checked all_reduce, P2P between
     every pair, an all_reduce sweep. NCCL_DEBUG=INFO whatever the profile says; --json names every
@@ -258,6 +271,7 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
     gpus = host_has_gpus() if target is None and image is None else False
     spec = preflight_spec(target, image=image, overrides=overrides, host_has_gpus=gpus)
     count = ranks or spec.ranks
+    step_deadlines = _deadlines(deadline)  # a bad one is one line, before the header is printed
     interruptible()
     title = f"kit preflight {spec.target} ({spec.image}, {count} ranks)" + (
         f", fault {fault}" if fault else ""
@@ -269,7 +283,7 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
             fault=fault,
             retry_without_p2p=not no_retry,
             until=until,
-            deadlines=_deadlines(deadline),
+            deadlines=step_deadlines,
             on_progress=view.update,
             on_start=view.started,
         )
@@ -454,7 +468,12 @@ def print_bisect(result: Any, out: Console) -> None:
 @image_option
 @set_option
 @click.option(
-    "--budget", "budget_s", type=float, default=None, metavar="SECONDS", help="Total time for the ladder."
+    "--budget",
+    "budget_s",
+    type=FiniteFloat(0, 7 * 24 * 3600, example="--budget 3600"),
+    default=None,
+    metavar="SECONDS",
+    help="Total time for the ladder (seconds, more than 0).",
 )
 @click.option(
     "--from",
@@ -465,7 +484,7 @@ def print_bisect(result: Any, out: Console) -> None:
 )
 @fault_option("CPU rehearsal only, test-only: plant a fault in every rung's run (e.g. hang-p2p).")
 @click.option("--plan", is_flag=True, help="Print what each rung would try, run or skip (why); run nothing.")
-@json_option
+@lines_json_option
 def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -> None:
     """Climb doctor -> preflight -> base profile -> TARGET's profile; on the first failing rung, change
     one thing at a time (MTP off, NCCL_P2P_DISABLE=1, --disable-custom-all-reduce, CUDA graphs off,

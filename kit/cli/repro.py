@@ -35,6 +35,12 @@ from kit.output import console, emit_json, jsonable
     "capabilities, loader variables, a foreign image), after printing it.",
 )
 @click.option("--keep", is_flag=True, help="Leave the replay's container afterwards.")
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Print the plan and what the trust policy refuses, then stop: no engine is asked to start anything.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: the plan, milestones, then the result.")
 def repro(
     path: str,
@@ -42,6 +48,7 @@ def repro(
     pass_env: tuple[str, ...],
     trust_bundle: bool,
     keep: bool,
+    plan_only: bool,
     as_json: bool,
 ) -> None:
     """Replay BUNDLE: print what will run (image, the full command, environment with secrets by
@@ -53,7 +60,8 @@ def repro(
     foreign image) is refused (USAGE) before any container starts, naming each item: --trust-bundle
     starts it anyway. --set acts on the bundle's own launch (--set env.NCCL_P2P_DISABLE=1, --set
     nnodes=1); a set that changes nothing is USAGE. The replay's verdict is the exit code, as for
-    `kit up`; a damaged or foreign bundle is USAGE, an image that is not here ENVIRONMENT.
+    `kit up`; a damaged or foreign bundle is USAGE, an image that is not here ENVIRONMENT. --plan
+    prints the plan and stops: OK when the replay would start, USAGE when the policy refuses it.
     """
     from kit.cli.up import _print_result
     from kit.diagnose.bundle import read_bundle
@@ -95,6 +103,8 @@ def repro(
         for line in plan_lines(view, trusted=trust_bundle):
             say(line)
     refuse(plan, trusted=trust_bundle)
+    if plan_only:  # OK: this bundle would start as planned (a refusal above is USAGE)
+        raise SystemExit(0)
     interruptible()
     with LiveView(out, title=f"kit repro {bundle.name}", as_json=as_json) as live:
         outcome = run_replay(

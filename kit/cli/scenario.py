@@ -50,9 +50,10 @@ def _list_table(rows, out) -> None:
 def run_cmd(name: str, as_json: bool) -> None:
     """Replay NAME and check the verdict it must reach: OK when every expectation holds, else FAILED
     (the replayed verdict is data here, not the exit code)."""
-    from kit.scenarios import run_scenario
+    from kit.scenarios import load_scenario, run_scenario
     from kit.startup.live import LiveView
 
+    load_scenario(name)  # a bad name or file is one line, before the live view's header
     if as_json:
         run = run_scenario(name)
     else:

@@ -8,6 +8,7 @@ from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
+from kit.cli.params import LIMIT_VALUE, LINE, PID
 from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
@@ -87,12 +88,18 @@ def _limit_options(func):
     func = click.option(
         "--stall",
         "stall",
+        type=LIMIT_VALUE,
         multiple=True,
         metavar="STAGE=SECONDS",
         help="Override a stall window (no log line and no activity for this long = HUNG).",
     )(func)
     func = click.option(
-        "--deadline", "deadline", multiple=True, metavar="STAGE=SECONDS", help="Override a phase deadline."
+        "--deadline",
+        "deadline",
+        type=LIMIT_VALUE,
+        multiple=True,
+        metavar="STAGE=SECONDS",
+        help="Override a phase deadline.",
     )(func)
     return func
 
@@ -196,27 +203,32 @@ def up(
 @click.argument("container", required=False)
 @click.option(
     "--pid",
-    type=int,
+    type=PID,
     metavar="PID",
     help="Watch host process PID and its descendants instead of a container.",
 )
 @click.option(
     "--unit",
+    type=LINE,
     metavar="NAME",
     help="Watch systemd service NAME (its main PID, cgroup and journal) instead of a container.",
 )
 @click.option(
     "--log",
     "log_file",
+    type=LINE,
     metavar="FILE",
     help="With --pid/--unit: the server's log file (followed like tail -F).",
 )
 @click.option(
     "--target",
+    type=LINE,
     metavar="TARGET",
     help="Catalog target for limits (default: the container's io.kit.target label).",
 )
-@click.option("--image", metavar="NAME", help="Image manifest (default: the container's io.kit.image label).")
+@click.option(
+    "--image", type=LINE, metavar="NAME", help="Image manifest (default: the container's io.kit.image label)."
+)
 @first_token_option(False, "a watch sends nothing to a server it did not start")
 @click.option(
     "--attempts",

@@ -20,11 +20,9 @@ version, and the JSON members; anything wrong is one InputError (exit 2) naming 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
-import os
 import re
 import tarfile
 import zlib
@@ -361,17 +359,11 @@ def tar_gz(name: str, members: Mapping[str, bytes], mtime: float = 0.0) -> bytes
 
 def write_bundle(path: Path, name: str, members: Mapping[str, bytes], mtime: float = 0.0) -> Path:
     """Write atomically: a temporary file next to PATH, renamed over it when complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = tar_gz(safe_stem(name), members, mtime)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-    return path
+    from kit.files import write_atomic
+
+    # A device, a FIFO or a folder at PATH is refused, never replaced; only the kit's own cache
+    # folder is created (record.default_path), never the folder of an -o.
+    return write_atomic(Path(path), tar_gz(safe_stem(name), members, mtime), field="-o")
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -459,13 +451,12 @@ def _member_rel(path: Path, member: tarfile.TarInfo, stem: str | None) -> tuple[
 
 def read_bundle(path: str | Path) -> Bundle:
     """A bundle, validated; any problem is one InputError (exit 2) naming the file and what is wrong."""
+    from kit.files import read_bounded
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(
-            str(path), f"cannot read it ({exc.strerror or exc})", "give the path of a bundle (.tar.gz)"
-        ) from exc
+    # A bundle is a regular file no bigger than what it may unpack to (a device never ends).
+    fix = "give the path of a bundle (.tar.gz)"
+    data = read_bounded(path, MAX_TOTAL_BYTES, field=str(path), fix=fix, name="it")
     raw = _decompress(path, data)
     members: dict[str, bytes] = {}
     stem: str | None = None

@@ -59,6 +59,8 @@ def bundle_name(target: str, run: str, verdict: str) -> str:
 
 
 def default_path(name: str) -> Path:
+    """Where a bundle goes without -o: the kit's cache, its folder created here (an -o's is not)."""
+    bundles_dir().mkdir(parents=True, exist_ok=True)
     return bundles_dir() / f"{name}{SUFFIX}"
 
 
@@ -434,16 +436,12 @@ _NCCL_IN_LOG = re.compile(r"(?:nccl==|NCCL version )(\d+\.\d+\.\d+)")
 
 def bundle_from_log(log_file: str, *, target: str, image: str | None = None, out: Path | None = None) -> Path:
     """A pasted log: the verdict from the log alone; what the kit cannot know is marked unknown."""
+    from kit.files import read_log
     from kit.launch import resolve
     from kit.logs import analyze_text
     from kit.logs.limits import limits_from_spec
 
-    try:
-        text = Path(log_file).read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(
-            "--from-log", f"cannot read {log_file} ({exc.strerror or exc})", "give a log file"
-        ) from exc
+    text = read_log(log_file, field="--from-log").text  # bounded; empty or binary is refused
     spec = resolve(target, image=image)
     report = analyze_text(text, source=log_file, limits=limits_from_spec(spec))
     result = result_from_analysis(

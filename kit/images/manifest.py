@@ -191,8 +191,9 @@ def list_manifests(directory: Path | None = None) -> list[str]:
 
 
 def load_manifest(name: str, directory: Path | None = None) -> Manifest:
-    path = manifest_path(name, directory)
-    if not path.is_file():
+    # Only a name images/ lists: no path built from '../x' or a 5000-character name is ever opened.
+    path = manifest_path(name, directory) if name in list_manifests(directory) else None
+    if path is None or not path.is_file():
         known = ", ".join(list_manifests(directory)) or "none"
         raise InputError("image", f"unknown image '{name}'", f"known images: {known}")
     return parse_manifest(path.read_text(encoding="utf-8"), path)

@@ -203,8 +203,10 @@ def parse_report(document: dict[str, Any]) -> tuple[Installed, ...]:
     return tuple(sorted(rows, key=lambda r: r.name.lower()))
 
 
-# pip's words for an index it could not talk to (urllib3/requests through pip's vendored copies).
+# pip's words for an index it could not talk to (urllib3/requests through pip's vendored copies),
+# and run_pip's own when pip ran past --timeout: no answer either way, so ENVIRONMENT, never CONFLICT.
 _NETWORK = re.compile(
+    r"did not finish within|"
     r"NewConnectionError|Max retries exceeded|Could not fetch URL|ConnectTimeout|ReadTimeout|timed out|"
     r"Temporary failure in name resolution|Name or service not known|Connection reset|ProtocolError|SSLError"
 )

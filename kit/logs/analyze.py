@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.errors import ExitCode, InputError
+from kit.errors import ExitCode
 from kit.logs.attempts import Attempts
 from kit.logs.causes import match_causes
 from kit.logs.events import Event, Milestone, Note, Phase
@@ -227,16 +227,11 @@ def analyze_text(
 
 
 def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> AnalysisReport:
-    """Read a log file (undecodable bytes replaced) and analyse it; unreadable files are InputError."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(
-            "LOGFILE",
-            f"cannot read {path}: {exc.strerror or exc}",
-            "give the path of a log file, or - for stdin",
-        ) from exc
-    return analyze_text(data.decode("utf-8", errors="replace"), source=str(path), limits=limits)
+    """Read a log file with a bounded memory (kit.files.read_log: its head and tail past 32 MiB;
+    empty or binary is an InputError) and analyse it."""
+    from kit.files import read_log
+
+    return analyze_text(read_log(path).text, source=str(path), limits=limits)
 
 
 def _expected(tracker: Tracker, limits: PhaseLimits | None) -> ExpectedBlock | None:

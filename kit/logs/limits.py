@@ -29,8 +29,10 @@ def parse_limit_overrides(values: Iterable[str], option: str) -> dict[str, float
             seconds = float(number)
         except ValueError:
             raise InputError(option, f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not seconds > 0:
-            raise InputError(option, f"'{raw}' must be more than 0 seconds", "e.g. init=30")
+        if not 0 < seconds <= 7 * 24 * 3600:  # nan compares false: refused here too, as is inf
+            raise InputError(
+                option, f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
+            )
         result[stage] = seconds
     return result
 

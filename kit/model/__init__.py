@@ -22,23 +22,17 @@ __all__ = [
     "FetchResult",
     "VerifyReport",
     "fetch",
+    "fetch_plan",
     "fetch_repo",
     "require_model",
     "verify",
 ]
 
 
-def fetch(
-    target: str,
-    *,
-    revision: str | None = None,
-    image: str | None = None,
-    overrides: Sequence[str] = (),
-    on_progress: ProgressCallback | None = None,
-    retries: int = 2,
-    use_xet: bool = True,
-) -> FetchResult:
-    """TARGET's model at the catalog's pinned commit (or `revision`) into its HF cache."""
+def fetch_plan(
+    target: str, *, revision: str | None = None, image: str | None = None, overrides: Sequence[str] = ()
+):
+    """What `fetch` would download (spec, facts, commit), or the InputError, before anything starts."""
     from kit.errors import InputError
     from kit.launch import resolve_full
 
@@ -57,6 +51,21 @@ def fetch(
             f"{facts.name} pins no revision in the catalog",
             "add revision = <commit> or pass --revision",
         )
+    return spec, facts, pinned
+
+
+def fetch(
+    target: str,
+    *,
+    revision: str | None = None,
+    image: str | None = None,
+    overrides: Sequence[str] = (),
+    on_progress: ProgressCallback | None = None,
+    retries: int = 2,
+    use_xet: bool = True,
+) -> FetchResult:
+    """TARGET's model at the catalog's pinned commit (or `revision`) into its HF cache."""
+    spec, facts, pinned = fetch_plan(target, revision=revision, image=image, overrides=overrides)
     return fetch_repo(
         spec.hf_repo,
         pinned,

@@ -292,7 +292,8 @@ def summarise(
     green, again = fix_commands(target, variant, own_image or image) if variant else (None, None)
     notes = []
     if ended == "budget":
-        notes.append(f"the budget of {budget_s:g} s ran out; the run in progress was stopped and removed")
+        runs = f"{len(trials)} run" + ("" if len(trials) == 1 else "s")
+        notes.append(f"the budget of {budget_s:g} s ran out after {runs}; nothing the ladder started is left")
     return BisectResult(
         target=target,
         image=image,

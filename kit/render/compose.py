@@ -152,6 +152,9 @@ def gpu_keys(way: GpuWay) -> dict[str, Any]:
 def compose_service(
     spec: LaunchSpec, *, host_port: int | None = None, context: str = ".", way: GpuWay | None = None
 ) -> dict[str, Any]:
+    from kit.render._values import require_one_line
+
+    require_one_line(spec, "a Compose file")
     check_exposure(spec)
     gpu = gpu_keys(way or portable_way(spec)) if spec.gpus else {}
     variables = {**COMPILE_ENV, **gpu.pop("environment", {}), **spec.env}

@@ -198,6 +198,9 @@ def docker_run_argv(
 ) -> list[str]:
     """The same container as a `docker run` command line (secrets passed by name, never by value).
     WAY: how it gets its GPUs (default: the portable `--gpus N`)."""
+    from kit.render._values import require_one_line
+
+    require_one_line(spec, "a docker run line")
     check_exposure(spec)
     argv = ["docker", "run", "--rm", "-d", "--init"]  # --init: see run_kwargs
     if name:

@@ -120,6 +120,9 @@ def _pod(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
 
 
 def lws_manifests(spec: LaunchSpec, *, nodes: int | None = None) -> list[dict[str, Any]]:
+    from kit.render._values import require_one_line
+
+    require_one_line(spec, "a LeaderWorkerSet manifest")
     nodes = nodes or nodes_of(spec)
     name = f"kit-{spec.target}"
     lws: dict[str, Any] = {

@@ -7,7 +7,7 @@ server published beyond loopback) come from an optional EnvironmentFile, never f
 
 from __future__ import annotations
 
-import shlex
+import re
 
 from kit.render.docker import docker_run_argv
 from kit.runtime.engine import LABEL_RESTART
@@ -19,9 +19,15 @@ def unit_name(spec: LaunchSpec) -> str:
     return f"kit-{spec.target}"
 
 
+_BARE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
 def _systemd_quote(arg: str) -> str:
-    # systemd expands %specifiers and $VARIABLES in ExecStart; the argv means them literally.
-    return shlex.quote(arg).replace("%", "%%").replace("$", "$$")
+    """One argument as systemd's ExecStart reads it: bare when plain, else double-quoted with C-style
+    escapes (systemd unescapes backslashes inside quotes too: a shell's 'a\\' would swallow the
+    quote). systemd expands %specifiers and $VARIABLES; the argv means them literally."""
+    text = arg if _BARE.match(arg) else '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text.replace("%", "%%").replace("$", "$$")
 
 
 def render_systemd(
@@ -31,6 +37,9 @@ def render_systemd(
     env_file: str | None = None,
     way: GpuWay | None = None,
 ) -> str:
+    from kit.render._values import require_one_line
+
+    require_one_line(spec, "a systemd unit")
     name = unit_name(spec)
     argv = docker_run_argv(spec, name=name, host_port=spec.port, way=way)
     argv.remove("-d")  # systemd supervises the foreground process

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from kit.errors import EnvironmentProblem, KitError
+from kit.errors import EnvironmentProblem, InputError, KitError
 
 # Every container the kit starts carries these labels, so `kit ps/down` and test teardown find them.
 LABEL_MANAGED = "io.kit.managed"
@@ -45,6 +45,10 @@ def translated(action: str) -> Iterator[None]:
     except NotFound as exc:
         raise KitError(f"{action}: {exc.explanation}") from exc
     except APIError as exc:
+        if exc.status_code == 400:  # the engine refused the request itself: a bad name or reference
+            raise InputError(
+                action, f"the engine refused it: {exc.explanation or exc}", "check the name"
+            ) from exc
         raise KitError(f"{action}: the engine said: {exc.explanation or exc}") from exc
     except DockerException as exc:
         raise EnvironmentProblem(f"{action}: {exc}") from exc

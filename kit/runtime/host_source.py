@@ -96,6 +96,11 @@ class UnitProcesses:
         try:
             self.status = unit.status()
         except UnitProblem as exc:
+            if exc.no_systemd:  # the host lacks systemd: ENVIRONMENT, whatever the name
+                raise EnvironmentProblem(
+                    f"--unit {unit.name}: no systemd to ask here ({exc})",
+                    hint="run on the host whose systemd runs the service, or use --pid N",
+                ) from None
             raise InputError("--unit", str(exc), "name a loaded service ('systemctl list-units')") from None
         self._restarts_before = self.status.restarts
         started = self.status.started_mono_s

@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kit.errors import InputError
+
 RESTART_VALUES = ("no", "always", "on-success", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
 _CLEAN_SIGNALS = {1, 2, 13, 15}  # SIGHUP, SIGINT, SIGPIPE, SIGTERM
 _TIMEOUT_S = 10
@@ -238,19 +240,35 @@ def watcher_policy(status: UnitStatus) -> str:
 
 
 class UnitProblem(Exception):
-    """systemctl is missing or did not answer; the message says which and why."""
+    """systemctl is missing or did not answer; the message says which and why. `no_systemd`: the
+    host has no systemd to ask (not installed, no bus): the machine's lack, not a wrong name."""
+
+    def __init__(self, message: str, *, no_systemd: bool = False):
+        super().__init__(message)
+        self.no_systemd = no_systemd
+
+
+# systemctl's words when there is no systemd to talk to (a container, WSL without systemd).
+_NO_BUS = ("Failed to connect to bus", "System has not been booted with systemd", "Failed to get D-Bus")
 
 
 def _run(argv: list[str]) -> str:
     if shutil.which(argv[0]) is None:
-        raise UnitProblem(f"{argv[0]} is not installed here (no systemd)")
+        raise UnitProblem(f"{argv[0]} is not installed here (no systemd)", no_systemd=True)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+        # errors="replace": systemctl may cut a multibyte character of a unit name in its message
+        done = subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=_TIMEOUT_S, check=False
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnitProblem(f"{' '.join(argv[:3])} failed: {type(exc).__name__}") from exc
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines()
-        raise UnitProblem(f"{' '.join(argv[:3])} exited {done.returncode}: {why[-1] if why else 'no output'}")
+        said = why[-1] if why else "no output"
+        raise UnitProblem(
+            f"{' '.join(argv[:3])} exited {done.returncode}: {said}",
+            no_systemd=any(words in (done.stderr or "") for words in _NO_BUS),
+        )
     return done.stdout
 
 
@@ -261,6 +279,10 @@ def unit_name(name: str) -> str:
 
 class SystemdUnit:
     def __init__(self, name: str):
+        if name.startswith("-"):  # systemctl would read it as an option
+            raise InputError(
+                "--unit", f"'{name}' starts with '-': systemctl would read it as an option", "name a service"
+            )
         self.name = unit_name(name)
 
     def status(self) -> UnitStatus:

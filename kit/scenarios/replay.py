@@ -185,14 +185,17 @@ def load_scenario(name_or_path: str) -> Scenario:
     path = Path(name_or_path)
     if not path.suffix:
         path = _scenario_dir() / f"{name_or_path}.toml"
-        if not path.exists():
+        if name_or_path not in list_scenarios():  # only a listed name is opened (no '../x', no 5000 x)
             raise InputError(
                 "SCENARIO", f"unknown scenario '{name_or_path}'", f"known: {', '.join(list_scenarios())}"
             )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError("SCENARIO", f"{path}: {exc}", "fix the file (TOML)") from exc
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        problem = (
+            f"cannot read it ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        )
+        raise InputError("SCENARIO", f"{str(path)[:200]}: {problem}", "fix the file (TOML)") from exc
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

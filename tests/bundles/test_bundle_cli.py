@@ -146,3 +146,18 @@ def test_bundle_create_last_takes_the_newest_run(kit_cache, tmp_path):
     assert read_bundle(made["bundle"]).result["container"] == newest.container
     with tarfile.open(made["bundle"]) as tar:
         assert any(name.endswith("/startup.svg") for name in tar.getnames())
+
+
+@pytest.mark.docker
+def test_repro_plan_prints_the_plan_and_starts_nothing(hung_bundle):
+    """`kit repro --plan`: the plan (the engine is asked which images it has), then exit; no container."""
+    import docker
+
+    client = docker.from_env()
+    before = {c.id for c in client.containers.list(all=True)}
+    done = run_kit("repro", str(hung_bundle), "--plan")
+    assert done.returncode in (0, 2, 3), done.stderr  # 2: the trust policy refuses; 3: image not built
+    if done.returncode == 0:
+        assert "sglang.launch_server" in done.stdout
+    assert "READY" not in done.stdout and "reproduced" not in done.stdout
+    assert {c.id for c in client.containers.list(all=True)} == before

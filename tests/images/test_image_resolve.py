@@ -211,3 +211,18 @@ def test_every_gpu_manifest_resolves_or_says_why_it_could_not(capsys):
     if not expected and any(r["status"] != "resolves" for r in reports):
         expected = 3
     assert code == expected, err
+
+
+def test_pip_running_past_the_timeout_is_no_answer_not_a_conflict(monkeypatch, tmp_path):
+    """`kit image resolve --timeout 30` with a slow or unreachable index: ENVIRONMENT (3), not CONFLICT."""
+    import subprocess
+
+    import kit.images.resolve as resolve
+
+    def too_slow(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
+
+    monkeypatch.setattr(resolve.subprocess, "run", too_slow)
+    run = resolve.run_pip(["install", "--dry-run", "torch"], tmp_path / "report.json", timeout_s=30)
+    assert run.returncode == 124
+    assert network_trouble(run.stderr) == "ERROR: pip did not finish within 30 s"

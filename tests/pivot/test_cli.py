@@ -18,7 +18,7 @@ from pivot_helpers import run_cli
         (["preflight", "tiny", "--deadline", "init"], "kit: error: --deadline: 'init' is not STEP=SECONDS"),
         (
             ["preflight", "tiny", "--deadline", "init=-1"],
-            "kit: error: --deadline: 'init=-1' must be more than 0",
+            "kit: error: --deadline: 'init=-1': seconds must be finite, more than 0",
         ),
         (["preflight", "tiny", "--until", "later"], "kit: error: Invalid value for '--until'"),
         (
@@ -27,9 +27,12 @@ from pivot_helpers import run_cli
         ),
         (["preflight", "qwen-base", "--tp", "8"], "kit: error: --tp: 8 ranks but the target has 4 GPUs"),
         (["doctor", "nope"], "kit: error: target: unknown target 'nope'"),
-        (["doctor", "tiny", "--set", "tp=zero"], "kit: error: --set: tp: Input should be a valid integer"),
+        (["doctor", "tiny", "--set", "tp=zero"], "kit: error: --set tp: 'zero' is not a whole number"),
         (["bisect", "tiny", "--from", "middle"], "kit: error: Invalid value for '--from'"),
-        (["bisect", "tiny", "--budget", "0"], "kit: error: --budget: 0 s (give more than 0 seconds)"),
+        (["bisect", "tiny", "--budget", "0"], "kit: error: --budget: 0 is out of range (more than 0"),
+        (["bisect", "tiny", "--budget", "nan", "--plan"], "kit: error: --budget: 'nan' is not a number"),
+        (["bisect", "tiny", "--budget", "-5", "--plan"], "kit: error: --budget: -5 is out of range"),
+        (["bisect", "tiny", "--budget", "inf", "--plan"], "kit: error: --budget: 'inf' is not a number"),
         (["bisect", "qwen-base", "--fault", "hang-p2p"], "kit: error: --fault: faults exist only in the CPU"),
         (["bisect"], "kit: error: Missing argument 'TARGET'"),
     ],

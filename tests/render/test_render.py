@@ -179,7 +179,7 @@ def test_systemd_unit_runs_the_container_in_the_foreground():
 
 def test_systemd_escapes_specifiers():
     unit = render_systemd(resolve("tiny", overrides=["env.X=100%", "env.Y=$HOME"]))
-    assert "-e X=100%%" in unit and "-e 'Y=$$HOME'" in unit
+    assert "-e X=100%%" in unit and '-e "Y=$$HOME"' in unit
 
 
 def test_lws_single_node_and_multi_node():

@@ -173,3 +173,27 @@ def test_a_running_unit_tells_the_watcher_whether_a_crash_may_be_followed(policy
 def test_a_bare_name_is_a_service():
     assert unit_name("sglang-qwen") == "sglang-qwen.service"
     assert unit_name("sglang@1.service") == "sglang@1.service"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "exit_code"),
+    [
+        ("Failed to connect to bus: Host is down", 3),  # no systemd here: the machine's lack
+        ("System has not been booted with systemd as init system (PID 1). Can't operate.", 3),
+        ("Unit nope.service could not be found.", 2),  # systemd answered: the name is wrong
+    ],
+)
+def test_watch_unit_without_a_systemd_bus_is_environment(monkeypatch, stderr, exit_code):
+    import subprocess
+
+    import kit.runtime.unit as unit
+    from kit.errors import KitError
+    from kit.runtime.host_source import UnitProcesses
+
+    monkeypatch.setattr(unit.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(
+        unit.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", stderr)
+    )
+    with pytest.raises(KitError) as info:
+        UnitProcesses(unit.SystemdUnit("nope"))
+    assert info.value.exit_code == exit_code

@@ -1,0 +1,208 @@
+"""The CLI's one input layer: click types that check every option value as the command line is read.
+
+A bad value fails here, before any engine, network or file is touched, as one line naming the
+option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.py prints it):
+
+    FiniteFloat   seconds and budgets: a finite number in bounds (no nan, inf, 1e308, true)
+    StrictInt     a whole number in bounds (no true, 1.0, 1_000)
+    Pid           a running host process: a positive number that exists now
+    LimitValue    --deadline/--stall STAGE=SECONDS (the stages kit.logs.limits knows, finite seconds)
+    SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
+    InputFile     a file read whole (a CA bundle): regular, not empty, bounded
+    Line          one line of printable text (names, paths): nothing a rendered file would split on
+    OutputFile    -o FILE: a regular file or nothing yet, in a folder that exists (kit.files)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kit.errors import InputError
+
+WEEK_S = 7 * 24 * 3600.0  # the catalog's own bound on a phase's seconds (kit/catalog/_schema.py)
+_WHOLE = re.compile(r"^[+-]?[0-9]+$")
+
+
+def refuse(param: click.Parameter | None, problem: str, fix: str) -> None:
+    """The kit's one-line input error, naming the option as typed: `--budget: ... (e.g. ...)`."""
+    name = param.opts[0] if param is not None and param.opts else (param.name if param else "value")
+    raise InputError(str(name).upper() if param is not None and not param.opts else str(name), problem, fix)
+
+
+def control_character(text: str) -> str | None:
+    """The first character that is not printable text (newline, tab, escape, NUL), as repr."""
+    bad = next((c for c in text if not c.isprintable()), None)
+    return None if bad is None else repr(bad)
+
+
+class Line(click.ParamType):
+    """One line of printable text: a name, a path. A newline or an escape in a value that is
+    rendered into a file (a unit, Compose, docker args) or printed would be a line of its own."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        bad = control_character(text)
+        if bad:
+            refuse(param, f"a control character ({bad}) in {text!r}", "give one line of printable text")
+        return text
+
+
+class FiniteFloat(click.ParamType):
+    """A finite number in (low, high]: seconds and budgets. `nan` compares false with everything,
+    so a plain `> 0` test lets it through; `inf` never ends."""
+
+    name = "seconds"
+
+    def __init__(
+        self, low: float = 0.0, high: float = WEEK_S, *, example: str = "600", low_open: bool = True
+    ):
+        self.low, self.high, self.example, self.low_open = low, high, example, low_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            text = str(value).strip()
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number) or not re.fullmatch(r"[+-]?[0-9.]+(e[+-]?[0-9]+)?", text.lower()):
+                refuse(
+                    param, f"'{value}' is not a number of seconds", f"a finite number, e.g. {self.example}"
+                )
+        above = number > self.low if self.low_open else number >= self.low
+        if not above or number > self.high:
+            low = f"more than {self.low:g}" if self.low_open else f"at least {self.low:g}"
+            refuse(
+                param, f"{number:g} is out of range", f"{low} and at most {self.high:g}, e.g. {self.example}"
+            )
+        return number
+
+
+class StrictInt(click.ParamType):
+    """A whole number in [low, high], written as digits (no `true`, `1.0`, `1_000`)."""
+
+    name = "integer"
+
+    def __init__(self, low: int | None = None, high: int | None = None, *, example: str = "1"):
+        self.low, self.high, self.example = low, high, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif _WHOLE.match(str(value).strip()):
+            number = int(str(value).strip())
+        else:
+            refuse(param, f"'{value}' is not a whole number", f"e.g. {self.example}")
+        if (self.low is not None and number < self.low) or (self.high is not None and number > self.high):
+            bounds = f"{'' if self.low is None else self.low}..{'' if self.high is None else self.high}"
+            refuse(param, f"{number} is out of range {bounds}", f"e.g. {self.example}")
+        return number
+
+
+class Pid(StrictInt):
+    """A host process that runs now: positive, and there (psutil, no signal sent)."""
+
+    name = "pid"
+
+    def __init__(self) -> None:
+        super().__init__(1, 2**22, example="--pid 12345, from 'pgrep -f sglang.launch_server'")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        pid = super().convert(value, param, ctx)
+        import psutil
+
+        if not psutil.pid_exists(pid):
+            refuse(param, f"no process {pid} on this host", f"e.g. {self.example}")
+        return pid
+
+
+class LimitValue(click.ParamType):
+    """STAGE=SECONDS for --deadline and --stall; the value is kept as given (the commands parse it
+    again with kit.logs.limits.parse_limit_overrides, which now cannot fail)."""
+
+    name = "stage=seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from kit.logs.limits import STAGES
+
+        text = str(value)
+        stage, sep, number = text.partition("=")
+        stage = stage.strip()
+        if not sep or stage not in STAGES:
+            refuse(param, f"'{text}' is not STAGE=SECONDS", f"stages: {', '.join(STAGES)}; e.g. init=600")
+        FiniteFloat(example=f"{stage}=600").convert(number, param, ctx)
+        return text
+
+
+class SetValue(click.ParamType):
+    """--set KEY=VALUE: the key exists in the profile schema and the value has its type, strictly
+    (kit.catalog.check_override); the item is kept as given for the catalog to apply."""
+
+    name = "key=value"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from kit.catalog import check_override
+
+        check_override(str(value))  # an InputError naming `--set KEY`
+        return str(value)
+
+
+class OutputFile(click.ParamType):
+    """-o FILE: where a command writes its one file. Refused: an empty name, something that is
+    there and is not a regular file (a device, a FIFO, a folder, a socket), a folder that is not
+    there (commands create no folders for -o). kit.files.write_atomic writes it."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from kit.files import output_problem
+
+        text = str(value)
+        bad = control_character(text)
+        problem = f"a control character ({bad}) in the name" if bad else output_problem(Path(text))
+        if not text.strip():
+            problem = "an empty file name"
+        if problem:
+            refuse(param, problem, "e.g. -o ./bundle.tar.gz")
+        return Path(text)
+
+
+class InputFile(click.ParamType):
+    """A file the command reads whole (a CA bundle): a regular, non-empty file under a size bound
+    (no device, FIFO or folder, which would block or never end)."""
+
+    name = "file"
+
+    def __init__(self, max_bytes: int = 16 << 20, *, example: str):
+        self.max_bytes, self.example = max_bytes, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        import stat
+
+        path = Path(str(value))
+        try:
+            info = path.stat()
+        except OSError as exc:
+            refuse(param, f"cannot read {str(value)!r}: {exc.strerror or exc}", f"e.g. {self.example}")
+        if not stat.S_ISREG(info.st_mode):
+            refuse(param, f"{value} is not a regular file", f"e.g. {self.example}")
+        if not 0 < info.st_size <= self.max_bytes:
+            size = "empty" if not info.st_size else f"{info.st_size} bytes, over {self.max_bytes}"
+            refuse(param, f"{value} is {size}", f"e.g. {self.example}")
+        return path
+
+
+LINE = Line()
+SET_VALUE = SetValue()
+LIMIT_VALUE = LimitValue()
+PID = Pid()
+OUTPUT_FILE = OutputFile()
