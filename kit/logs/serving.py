@@ -220,8 +220,9 @@ class ServingState:
         if self.gone:
             names = ", ".join(f"{rank} (pid {pid}) {how}" for rank, pid, _, how in self.gone)
             ranks = tuple(g[0] for g in self.gone)
-            waited = now - self.gone[0][2]
-            if waited < limits.settle_s:
+            # `now < gone + settle`, not `now - gone < settle`: the difference of two clock readings
+            # rounds, and a verdict asked for at exactly gone + settle must be the settled one.
+            if now < self.gone[0][2] + limits.settle_s:
                 # The server usually follows its rank within a second or two (SGLang kills the
                 # tree): wait that long for its exit and its own lines, which name it better.
                 return Call(Serving.DEGRADED, f"rank {names}; waiting for the server's account", now, ranks)
