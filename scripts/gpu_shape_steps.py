@@ -301,7 +301,7 @@ def step_ties(args, status) -> None:
         argv = [sys.executable, "-m", "kit.rehearsal.greedy_ties", str(target), "--device", device]
         argv += ["--dtype", dtype]
         if device == "cpu":  # the CPU rehearsal of the step: small, so it ends in its limit
-            argv += ["--prompts", "1", "--new-tokens", "8"]
+            argv += ["--prompts", "1", "--new-tokens", "4"]
         rc, stdout, stderr = host.sh(argv, timeout=args.ties_limit / 2, cwd=host.ROOT)
         print(stdout[-2000:], stderr[-3000:], sep="\n")
         if rc != 0 or not target.exists():
