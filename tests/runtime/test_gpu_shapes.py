@@ -9,6 +9,7 @@ the cold Triton compile.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -139,3 +140,22 @@ def test_a_spinning_gpu_rank_is_hung_in_init_spinning_with_its_stack_in_the_spin
 def test_a_cold_triton_compile_in_capture_is_not_hung_while_it_compiles(tmp_path):
     lines = _gpu_step("watch-compile", tmp_path, "--capture-stall", "15", "--compile-seconds", "40")
     assert all(line.startswith("ok\t") for line in lines), lines
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (ships with CUDA torch)")
+def test_the_compile_shapes_kernels_compile_for_sm_90_without_a_gpu(tmp_path, monkeypatch):
+    """Triton's own compiler and ptxas, for the H200's sm_90, no driver needed: the kernels are sound
+    and each (kernel, SCALE) is a new cubin in the cache, as the watch-compile step relies on."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "SCALE": "constexpr", "BLOCK": "constexpr"}
+    cubins = set()
+    for kernel in shapes.KERNELS:
+        for scale in (1, 2):
+            source = ASTSource(fn=kernel, signature=signature, constexprs={"SCALE": scale, "BLOCK": 1024})
+            cubins.add(triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"])
+    assert len(cubins) == 2 * len(shapes.KERNELS)
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) > 6 * 4096
