@@ -19,7 +19,9 @@ those of scripts/gpu_hang_rehearsal.py.
   in sglang 0.5.23: `Capture target decode CUDA graph begin. backend=..., num_tokens_per_req=1, avail
   mem=... GB`), then real cold Triton compiles (TRITON_CACHE_DIR as given, empty) of distinct
   @triton.jit kernels one after the other for `--compile-seconds`, with the log quiet, then quiet.
-  What a first start's JIT does inside capture. Needs CUDA and triton.
+  What a first start's JIT does inside capture. Needs triton; without CUDA (the check's CPU
+  rehearsal) the same kernels are compiled ahead of time for sm_90 (Triton's compiler and ptxas, no
+  launch).
 - **quiet**: the same lines to the capture line, then nothing (a sleep): the no-compile control.
   Needs no torch (then it holds no GPU memory: a plain process).
 
@@ -112,16 +114,36 @@ if triton is not None:
 
 
 def compile_for(torch, seconds: float, report_path: str | None) -> None:
+    """Cold compiles for `seconds`. With CUDA: JIT launches (compile, load, run). Without (the CPU
+    rehearsal of the check): the same compiles ahead of time for sm_90, Triton's compiler and its
+    ptxas, nothing launched."""
     kernels = KERNELS
-    x = torch.randn(1024, device="cuda")
-    y = torch.empty_like(x)
+    how = "jit launches on cuda"
+    if torch is not None and torch.cuda.is_available():
+        x = torch.randn(1024, device="cuda")
+        y = torch.empty_like(x)
+
+        def one(kernel, scale):
+            kernel[(1,)](x, y, 1024, SCALE=scale, BLOCK=1024)
+            torch.cuda.synchronize()
+
+    else:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "SCALE": "constexpr", "BLOCK": "constexpr"}
+        how = "ahead of time for sm_90, no GPU"
+
+        def one(kernel, scale):
+            source = ASTSource(fn=kernel, signature=signature, constexprs={"SCALE": scale, "BLOCK": 1024})
+            triton.compile(source, target=GPUTarget("cuda", 90, 32))
+
     done, t0, i = [], time.monotonic(), 0
     while time.monotonic() - t0 < seconds:
         kernel = kernels[i % len(kernels)]
         scale = 1 + i // len(kernels)  # a new constexpr: a new compile, never a cache hit
         started = time.monotonic()
-        kernel[(1,)](x, y, 1024, SCALE=scale, BLOCK=1024)
-        torch.cuda.synchronize()
+        one(kernel, scale)
         done.append((getattr(kernel, "__name__", str(i)), scale, time.monotonic() - started))
         i += 1
     cache = Path(os.environ.get("TRITON_CACHE_DIR", "~/.triton/cache")).expanduser()
@@ -129,6 +151,7 @@ def compile_for(torch, seconds: float, report_path: str | None) -> None:
     report(
         report_path,
         phase="compiled",
+        how=how,
         kernels=len(done),
         seconds=round(time.monotonic() - t0, 2),
         each_s=[round(d[2], 2) for d in done],
@@ -141,8 +164,8 @@ def compile_for(torch, seconds: float, report_path: str | None) -> None:
 def scheduler(args: argparse.Namespace) -> int:
     try:
         import torch
-    except ImportError:  # the quiet control needs none: a plain process (tests/runtime/test_gpu_shapes.py)
-        if args.mode != "quiet":
+    except ImportError:  # quiet needs none (a plain process), nor compile's CPU rehearsal (triton alone)
+        if args.mode == "spin":
             raise
         torch = None
     cuda = torch is not None and torch.cuda.is_available()
@@ -163,9 +186,9 @@ def scheduler(args: argparse.Namespace) -> int:
     write(args.log, CAPTURE_BEGIN, "TP0")
     report(args.report, phase="capture-begin", cuda=cuda)
     if args.mode == "compile":
-        if not cuda or triton is None:
-            print(f"compile mode needs CUDA and triton; cuda={cuda} triton={triton is not None}", flush=True)
-            report(args.report, phase="no-cuda")
+        if triton is None:
+            print("compile mode needs triton; none here", flush=True)
+            report(args.report, phase="no-triton")
             return 3
         compile_for(torch, args.compile_seconds, args.report)
     report(args.report, phase="quiet")

@@ -103,8 +103,8 @@ def judge_compile(
         return [("error", "compile: the rehearsal reported no compile (no CUDA or no triton?)")]
     end = compiled["ended_at"]
     said = (
-        f"compile: {compiled['kernels']} cold Triton compiles from {compiled['started_at']:.1f} s to "
-        f"{end:.1f} s, cache {compiled.get('cache_bytes')} bytes"
+        f"compile: {compiled['kernels']} cold Triton compiles ({compiled.get('how')}) from "
+        f"{compiled['started_at']:.1f} s to {end:.1f} s, cache {compiled.get('cache_bytes')} bytes"
     )
     out = []
     if result is not None and result_at is not None and result_at < end:
@@ -273,9 +273,9 @@ def step_compile(args, status) -> None:
     limit = args.compile_seconds + args.capture_stall + 45
     run = run_watch(args, "compile", stall, limit, ["--compile-seconds", str(args.compile_seconds)])
     phases = run["meta"]["rehearsal_phases"]
-    if any(p.get("phase") == "no-cuda" for p in phases):
+    if any(p.get("phase") == "no-triton" for p in phases):
         status.finding(
-            f"compile: not run here: the rehearsal needs CUDA and triton (the watch said "
+            f"compile: not run here: the rehearsal needs triton (the watch said "
             f"{(run['result'] or {}).get('verdict')} on its exit)"
         )
         return

@@ -113,6 +113,23 @@ def test_the_quiet_control_on_a_plain_process_is_hung_in_capture_and_left_alive(
     assert [p["phase"] for p in meta[0]["rehearsal_phases"]] == ["capture-begin", "quiet"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (ships with CUDA torch)")
+def test_cold_triton_compiles_in_capture_hold_the_verdict_off_until_they_stop(tmp_path):
+    """watch-compile without a GPU: the same kernels compiled ahead of time for sm_90 (real Triton,
+    real ptxas, real cache writes) while the log stays quiet; then HUNG in capture."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KIT_CACHE_DIR": str(work / "kit-cache")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    argv = [sys.executable, str(ROOT / "scripts" / "gpu_host_check.py"), "watch-compile"]
+    argv += ["--out", str(out), "--work", str(work), "--capture-stall", "8", "--compile-seconds", "20"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=150, env=env)
+    statuses = (work / "status" / "watch-compile").read_text().splitlines()
+    assert all(line.startswith("ok\t") for line in statuses), (statuses, done.stdout[-2000:])
+    assert "no verdict while compiling" in statuses[0] and "HUNG in capture exit 4" in statuses[2]
+
+
 # -- on a GPU ----------------------------------------------------------------------------------------
 
 
