@@ -315,8 +315,9 @@ def step_ties(args, status) -> None:
         status.ok(
             f"ties {dtype} on {fig['device']} ({fig['positions']} positions, block {fig['block']}): {below}; "
             f"argmax flips step vs verify {fig['flips']} ({fig['flip_rate']:.3f}), largest gap at a flip "
-            f"{fig['largest_flip_gap']}; torch {fig['torch']}, transformers {fig['transformers']}, "
-            f"{fig['seconds']} s"
+            f"{fig['largest_flip_gap']} (smallest epsilon tried that covers every flip: "
+            f"{fig.get('smallest_covering_epsilon')}); torch {fig['torch']}, "
+            f"transformers {fig['transformers']}, {fig['seconds']} s"
         )
 
 

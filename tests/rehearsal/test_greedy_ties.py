@@ -18,6 +18,12 @@ def test_the_rates_count_gaps_below_each_epsilon_and_the_flips():
     assert fig["below"]["0.05"]["step_below"] == 0.5 and fig["below"]["0.05"]["verify_below"] == 0.25
     # A flip at a gap of 0.5 nats is no tie at any epsilon: it is what the epsilon must not hide.
     assert fig["largest_flip_gap"] == 0.5 and fig["below"]["0.1"]["flips_within"] == 1
+    assert fig["smallest_covering_epsilon"] is None
+    # The one-token-per-step gap decides, as the smoke's reference run's does.
+    assert tie_figures([0.03], [0.0], [True])["smallest_covering_epsilon"] == 0.05
+    assert tie_figures([0.2], [0.04], [True])["smallest_covering_epsilon"] is None
+    assert tie_figures([0.004], [0.3], [True])["smallest_covering_epsilon"] == 0.01
+    assert tie_figures([0.2], [0.2], [False])["smallest_covering_epsilon"] == 0.01
 
 
 def test_no_positions_no_rates_and_mismatched_lengths_are_refused():
