@@ -10,7 +10,8 @@ the next step runs. docs/gpu-host-check.md says what each step proves.
 
 Steps: wheels (no kit import: puts the missing wheels on PYTHONPATH), import, env, nvml, doctor,
 watch-hang, watch-crash, preflight, pytest (tests/runtime/test_gpu_host.py: its log and JUnit XML
-beside the summary), summary (with the commit that ran, commit.txt). Everything but `wheels`
+beside the summary), watch-spin, watch-compile, watch-quiet, ties (scripts/gpu_shape_steps.py),
+summary (with the commit that ran, commit.txt). Everything but `wheels`
 imports the kit from PYTHONPATH.
 """
 
@@ -1159,6 +1160,20 @@ STEPS = {
     "preflight": step_preflight,
     "pytest": step_pytest,
 }
+# Issue 27 item 9: a spinning rank, a cold Triton compile in capture and its control, greedy ties.
+SHAPE_STEPS = ("watch-spin", "watch-compile", "watch-quiet", "ties")
+
+
+def shape_step(name: str):
+    def run(args, status: Status) -> None:
+        import gpu_shape_steps  # beside this file
+
+        gpu_shape_steps.STEPS[name](args, status)
+
+    return run
+
+
+STEPS.update({name: shape_step(name) for name in SHAPE_STEPS})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1172,6 +1187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-limit", type=float, default=75, help="watch: its own time limit (s)")
     parser.add_argument("--steps", default=",".join(STEPS), help="summary: the steps, in order")
     parser.add_argument("--pytest-limit", type=float, default=150, help="pytest: its own time limit (s)")
+    parser.add_argument("--capture-stall", type=int, default=15, help="capture window (s)")
+    parser.add_argument("--compile-seconds", type=float, default=40, help="watch-compile: compiling time (s)")
+    parser.add_argument("--ties-limit", type=float, default=150, help="ties: both runs' time limit (s)")
     args = parser.parse_args(argv)
     # `timeout` sends SIGTERM: end through the finally blocks (they kill what the step started).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

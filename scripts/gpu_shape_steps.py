@@ -1,0 +1,329 @@
+"""Issue 27 item 9's steps of scripts/gpu-host-check: a spinning rank, a cold Triton compile in capture
+and its quiet control, and the tiny model's greedy-tie rate in bf16. docs/gpu-host-check.md.
+
+    watch-spin     kit watch --pid on gpu_shape_rehearsal.py --mode spin: HUNG in init, "spinning",
+                   TP0's stack in spin_gpu, the process alive after the verdict
+    watch-compile  --mode compile: cold Triton compiles after 0.5.23's capture line, log quiet: no
+                   verdict while it compiles, compile activity in the watch's samples; HUNG after
+    watch-quiet    --mode quiet: the same lines, then a sleep: HUNG in capture within the window
+    ties           kit/rehearsal/greedy_ties.py on cuda in bf16 (and float32 for contrast): ties.json
+
+The watches' JSON lines and one `"type": "gpu-host-check"` line each go to OUT/shapes.jsonl. The pure
+judging (`judge_*`) is tested on CPU in tests/runtime/test_gpu_shapes.py, and so is watch-quiet
+itself (a plain process: no GPU needed for the quiet control).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gpu_host_check as host
+
+SHAPES = host.ROOT / "scripts" / "gpu_shape_rehearsal.py"
+SPIN_FRAME = "spin_gpu"
+EXPECT = {
+    "spin": ("hung", 4, "init"),
+    "quiet": ("hung", 4, "capture"),
+}
+
+
+# -- pure: what the watch said against what ran ----------------------------------------------------
+
+
+def activity_lines(lines: list[str]) -> list[dict]:
+    found = []
+    for line in lines:
+        if line.startswith("{") and '"activity"' in line:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                found.append(obj)
+    return found
+
+
+def compile_seen(lines: list[str]) -> dict:
+    """The largest compile figures among the watch's activity samples (None where never known)."""
+    samples = activity_lines(lines)
+    written = [s.get("compile_bytes") for s in samples if s.get("compile_bytes") is not None]
+    compilers = [s.get("compilers") for s in samples if s.get("compilers") is not None]
+    return {
+        "samples": len(samples),
+        "max_compile_bytes": max(written) if written else None,
+        "max_compilers": max(compilers) if compilers else None,
+    }
+
+
+def judge_stall(result: dict | None, code: int | None, mode: str) -> tuple[str, str]:
+    """(status, headline) for the spin and quiet shapes: HUNG in the expected phase, exit 4; the
+    spin also "spinning" with TP0's stack in the spin."""
+    verdict, exit_code, phase = EXPECT[mode]
+    if result is None:
+        return "error", f"{mode}: no result line from kit watch (exit {code})"
+    activity = result.get("activity") or {}
+    stacks = result.get("stacks") or []
+    where = "; ".join(f"{s.get('rank')} {s.get('kind')}: {s.get('where')}" for s in stacks) or "none"
+    head = (
+        f"{mode}: {str(result.get('verdict')).upper()} in {result.get('phase')} exit {code}; "
+        f"activity {activity.get('shape')} cpu {activity.get('cpu_cores')} cores "
+        f"gpu_util {activity.get('gpu_util')}; stacks {where}"
+    )
+    wrong = []
+    if (result.get("verdict"), code) != (verdict, exit_code):
+        wrong.append(f"expected {verdict.upper()} exit {exit_code}")
+    if phase not in str(result.get("phase") or ""):
+        wrong.append(f"expected phase {phase}")
+    if mode == "spin":
+        if activity.get("shape") != "spinning":
+            wrong.append("expected activity 'spinning'")
+        if SPIN_FRAME not in json.dumps(stacks):
+            wrong.append(f"expected TP0's stack in {SPIN_FRAME}")
+    return ("finding", "; ".join(wrong) + "; got " + head) if wrong else ("ok", head)
+
+
+def judge_compile(
+    result: dict | None,
+    code: int | None,
+    result_at: float | None,
+    compiled: dict | None,
+    seen: dict,
+) -> list[tuple[str, str]]:
+    """The compile shape: no verdict before the compiles ended (times on the watch's clock, seconds
+    from its start), compile activity in the samples, and (the quiet after) HUNG in capture."""
+    if compiled is None:
+        return [("error", "compile: the rehearsal reported no compile (no CUDA or no triton?)")]
+    end = compiled["ended_at"]
+    said = (
+        f"compile: {compiled['kernels']} cold Triton compiles ({compiled.get('how')}) from "
+        f"{compiled['started_at']:.1f} s to {end:.1f} s, cache {compiled.get('cache_bytes')} bytes"
+    )
+    out = []
+    if result is not None and result_at is not None and result_at < end:
+        out.append(("finding", f"{said}; but the watch said {result.get('verdict')} at {result_at:.1f} s"))
+    else:
+        out.append(("ok", f"{said}; no verdict while compiling"))
+    if seen["max_compile_bytes"] or seen["max_compilers"]:
+        out.append(
+            (
+                "ok",
+                f"compile: activity seen: up to {seen['max_compile_bytes']} bytes written, "
+                f"{seen['max_compilers']} compilers at once ({seen['samples']} samples)",
+            )
+        )
+    else:
+        out.append(("finding", f"compile: no compile activity in the watch's samples: {seen}"))
+    if result is None:
+        out.append(("finding", f"compile: no verdict after the compiles ended (watch exit {code})"))
+    elif result_at is not None and result_at >= end:
+        status = "ok" if (result.get("verdict"), code) == ("hung", 4) else "finding"
+        out.append(
+            (
+                status,
+                f"compile: then {str(result.get('verdict')).upper()} in {result.get('phase')} exit {code} "
+                f"at {result_at:.1f} s, {result_at - end:.1f} s after the last compile",
+            )
+        )
+    return out
+
+
+# -- shell: one watch over one rehearsal ------------------------------------------------------------
+
+
+def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
+    """Start the rehearsal, `kit watch --pid` it to its verdict, read what is alive, kill the tree."""
+    import psutil
+
+    work = Path(args.work)
+    log = work / f"shape-{mode}.log"
+    report = work / f"shape-{mode}.report.jsonl"
+    for path in (log, report):
+        path.unlink(missing_ok=True)
+    console = (work / f"shape-{mode}.out").open("w")
+    started_wall = time.time()
+    rehearsal = subprocess.Popen(
+        [sys.executable, str(SHAPES), "--log", str(log), "--mode", mode, "--report", str(report), *extra],
+        stdout=console,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    host.remember_pgid(work, rehearsal.pid)
+    argv = [sys.executable, "-m", "kit", "watch", "--pid", str(rehearsal.pid), "--log", str(log)]
+    argv += [*stall, "--json"]
+    meta: dict = {"type": "gpu-host-check", "mode": mode, "argv": argv, "rehearsal_pid": rehearsal.pid}
+    lines: list[str] = []
+    stamps: list[float] = []
+    watch = None
+    try:
+        t0 = time.monotonic()
+        watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def pump():
+            for line in watch.stdout:
+                lines.append(line.rstrip("\n"))
+                stamps.append(time.monotonic() - t0)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        errs: list[str] = []
+        err_reader = threading.Thread(target=lambda: errs.append(watch.stderr.read()), daemon=True)
+        err_reader.start()
+        try:
+            code = watch.wait(limit)
+        except subprocess.TimeoutExpired:
+            watch.send_signal(signal.SIGINT)
+            try:
+                code = watch.wait(15)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                code = watch.wait()
+            meta["watch_timed_out"] = limit
+        reader.join(5)
+        err_reader.join(5)
+        meta.update(watch_exit_code=code, watch_seconds=round(time.monotonic() - t0, 2))
+        meta["watch_stderr_tail"] = (errs[0] if errs else "")[-3000:]
+        result = host.result_line(lines)
+        result_at = None
+        if result is not None:
+            at = [stamps[i] for i, x in enumerate(lines) if x.startswith("{") and '"result"' in x]
+            result_at = round(at[-1], 2) if at else None
+        meta["result_after_s"] = result_at
+        alive = {}
+        try:
+            top = psutil.Process(rehearsal.pid)
+            alive = {str(p.pid): p.status() for p in [top, *top.children(recursive=True)]}
+        except psutil.NoSuchProcess:
+            pass
+        meta["alive_after_watch"] = alive
+        phases = []
+        if report.exists():
+            for line in report.read_text().splitlines():
+                try:
+                    phases.append(json.loads(line))
+                except ValueError:
+                    continue
+        # The rehearsal's wall-clock stamps, on the watch's clock (seconds from its start).
+        for phase in phases:
+            phase["at_s"] = round(phase["t"] - started_wall, 2)
+        meta["rehearsal_phases"] = phases
+        return {"result": result, "code": code, "result_at": result_at, "lines": lines, "meta": meta}
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.send_signal(signal.SIGINT)
+            try:
+                watch.wait(5)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+        host.kill_group(rehearsal.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            rehearsal.wait(10)
+        console.close()
+        meta["killed_by_check"] = rehearsal.poll() is not None
+        with (Path(args.out) / "shapes.jsonl").open("a", encoding="utf-8") as out_file:
+            for line in lines:
+                out_file.write(line + "\n")
+            out_file.write(json.dumps(host.jsonable(meta)) + "\n")
+        print(f"--- shape {mode} log:")
+        print(log.read_text(errors="replace")[-3000:] if log.exists() else "(none)")
+        print(f"--- shape {mode} console:")
+        print((work / f"shape-{mode}.out").read_text(errors="replace")[-3000:])
+
+
+def alive_line(run: dict, mode: str) -> tuple[str, str]:
+    alive = run["meta"]["alive_after_watch"]
+    if alive and all(s != "zombie" for s in alive.values()):
+        return "ok", f"{mode}: the watched tree was alive after the verdict ({len(alive)} processes)"
+    return "error", f"{mode}: the watched process was gone after the watch: {alive or 'no process'}"
+
+
+def step_spin(args, status) -> None:
+    stall = ["--stall", "launch=60", "--stall", f"init={args.stall}"]
+    run = run_watch(args, "spin", stall, args.watch_limit, [])
+    state, head = judge_stall(run["result"], run["code"], "spin")
+    status.add(state, f"{head} [after {run['result_at']} s]")
+    status.add(*alive_line(run, "spin"))
+
+
+def step_quiet(args, status) -> None:
+    stall = ["--stall", "launch=60", "--stall", f"capture={args.capture_stall}"]
+    run = run_watch(args, "quiet", stall, args.watch_limit, [])
+    state, head = judge_stall(run["result"], run["code"], "quiet")
+    status.add(state, f"{head} [after {run['result_at']} s, capture window {args.capture_stall} s]")
+    status.add(*alive_line(run, "quiet"))
+
+
+def step_compile(args, status) -> None:
+    cache = Path(args.work) / "triton-cache"  # fresh: every kernel a cold compile
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True)
+    os.environ["TRITON_CACHE_DIR"] = str(cache)
+    code, fs, _ = host.sh(["stat", "-f", "-c", "%T", str(cache)], timeout=10)
+    stall = ["--stall", "launch=60", "--stall", f"capture={args.capture_stall}"]
+    limit = args.compile_seconds + args.capture_stall + 45
+    run = run_watch(args, "compile", stall, limit, ["--compile-seconds", str(args.compile_seconds)])
+    phases = run["meta"]["rehearsal_phases"]
+    if any(p.get("phase") == "no-triton" for p in phases):
+        status.finding(
+            f"compile: not run here: the rehearsal needs triton (the watch said "
+            f"{(run['result'] or {}).get('verdict')} on its exit)"
+        )
+        return
+    begin = next((p for p in phases if p.get("phase") == "capture-begin"), None)
+    done = next((p for p in phases if p.get("phase") == "compiled"), None)
+    compiled = None
+    if begin and done:
+        compiled = {**done, "started_at": begin["at_s"], "ended_at": done["at_s"]}
+    for state, text in judge_compile(
+        run["result"], run["code"], run["result_at"], compiled, compile_seen(run["lines"])
+    ):
+        status.add(state, text)
+    status.add("ok", f"compile: TRITON_CACHE_DIR {cache} on a {fs.strip() if code == 0 else '?'} filesystem")
+
+
+def step_ties(args, status) -> None:
+    out = Path(args.out)
+    code, smi, _ = host.sh(["nvidia-smi", "-L"], timeout=20)
+    device = "cuda" if code == 0 and "GPU " in smi else "cpu"
+    runs = {}
+    for dtype in ("bfloat16", "float32"):
+        target = Path(args.work) / f"ties-{dtype}.json"
+        argv = [sys.executable, "-m", "kit.rehearsal.greedy_ties", str(target), "--device", device]
+        argv += ["--dtype", dtype]
+        if device == "cpu":  # the CPU rehearsal of the step: small, so it ends in its limit
+            argv += ["--prompts", "1", "--new-tokens", "4"]
+        rc, stdout, stderr = host.sh(argv, timeout=args.ties_limit / 2, cwd=host.ROOT)
+        print(stdout[-2000:], stderr[-3000:], sep="\n")
+        if rc != 0 or not target.exists():
+            last = (stderr.strip().splitlines() or ["-"])[-1][:200]
+            status.error(f"ties {dtype} on {device}: exit {rc}: {last}")
+            continue
+        runs[dtype] = json.loads(target.read_text())
+    host.dump_json(out / "ties.json", runs)
+    for dtype, fig in runs.items():
+        below = ", ".join(f"gap<{eps} {v['step_below']:.3f}" for eps, v in fig["below"].items())
+        status.ok(
+            f"ties {dtype} on {fig['device']} ({fig['positions']} positions, block {fig['block']}): {below}; "
+            f"argmax flips step vs verify {fig['flips']} ({fig['flip_rate']:.3f}), largest gap at a flip "
+            f"{fig['largest_flip_gap']} (smallest epsilon tried that covers every flip: "
+            f"{fig.get('smallest_covering_epsilon')}); torch {fig['torch']}, "
+            f"transformers {fig['transformers']}, {fig['seconds']} s"
+        )
+
+
+STEPS = {
+    "watch-spin": step_spin,
+    "watch-compile": step_compile,
+    "watch-quiet": step_quiet,
+    "ties": step_ties,
+}
