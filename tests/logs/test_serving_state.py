@@ -204,7 +204,15 @@ def _run(steps) -> tuple[ServingState, float]:
 @given(_steps)
 # Found by hypothesis: a rank gone at t = 10.12139055199841 read at t + settle_s rounded to just
 # under settle_s and stayed DEGRADED.
-@example([("probe", 0.0, 200), ("probe", 5.121390551998411, 200), ("sample", "gone")])
+@example(
+    [
+        ("probe", 0.0, 200),
+        ("line", "[2026-12-04 22:00:01 TP0] Decode batch, #running-req: 1, #token: 40, token usage: 0.01"),
+        ("line", "[2026-12-04 22:00:01 TP0] Decode batch, #running-req: 1, #token: 40, token usage: 0.01"),
+        ("probe", 5.121390551998411, 200),
+        ("sample", "gone"),
+    ]
+)
 def test_properties(steps):
     state, t = _run(steps)
     call = state.verdict(t)
