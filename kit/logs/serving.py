@@ -20,6 +20,10 @@ Verdicts (docs/serving.md):
             (no batch line, no other probe answered): no rank serves;
   CRASHED   the server stopped, a rank's process exited, or a fatal line was followed by no
             progress for `crash_grace_s`.
+A GPU fault the samples report (a fatal Xid from NVML's events or the kernel log, a GPU fallen off
+the bus: the sample's gpu_error) is evidence, never a verdict alone: it makes a serving server
+DEGRADED and is named in a HUNG or CRASHED verdict (the GSP watchdog hangs of RTX PRO 6000 hosts,
+Xid 8 / 119: https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1159).
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ class ServingState:
     samples: tuple[ActivitySample, ...] = ()
     ended: str | None = None
     ended_at: float | None = None
+    gpu_fault: tuple[float, str] | None = None  # the first GPU fault a sample reported, and when
 
     @classmethod
     def start(cls, limits: ServingLimits, t: float) -> ServingState:
@@ -181,8 +186,11 @@ class ServingState:
     def observe_sample(self, sample: ActivitySample) -> ServingState:
         """Rank processes and CPU: a rank seen before and missing now has exited."""
         samples = (*self.samples, sample)[-16:]
+        fault = self.gpu_fault or ((sample.t, sample.gpu_error) if sample.gpu_error else None)
         if sample.rank_processes is None:
-            return replace(self, samples=samples, rank_cpu=sample.rank_cpu_seconds or self.rank_cpu)
+            return replace(
+                self, samples=samples, rank_cpu=sample.rank_cpu_seconds or self.rank_cpu, gpu_fault=fault
+            )
         alive = {rank for rank, _, state in sample.rank_processes if not state.startswith("zombie")}
         zombies = {rank: state for rank, _, state in sample.rank_processes if state.startswith("zombie")}
         gone = list(self.gone)
@@ -197,6 +205,7 @@ class ServingState:
             ranks=sample.rank_processes or self.ranks,
             gone=tuple(gone),
             rank_cpu=sample.rank_cpu_seconds or self.rank_cpu,
+            gpu_fault=fault,
         )
 
     def observe_end(self, t: float, why: str) -> ServingState:
@@ -258,6 +267,7 @@ class ServingState:
             if self.last_progress_at <= sent:
                 stopped = self.stopped_ranks()
                 detail = f"; stopped: {', '.join(stopped)}" if stopped else ""
+                detail += f"; {self._gpu_said()}" if self.gpu_fault else ""
                 return Call(
                     Serving.HUNG,
                     f"{what}; nothing served since{detail}",
@@ -269,6 +279,8 @@ class ServingState:
             return Call(
                 Serving.DEGRADED, f"{probe.describe()}, over its budget of {limits.probe_budget_s:g} s", now
             )
+        if self.gpu_fault is not None:
+            return Call(Serving.DEGRADED, f"{self._gpu_said()}; the probes still answer", now)
         recent = [line for t, line in self.errors if now - t < limits.error_window_s]
         if recent:
             return Call(
@@ -290,7 +302,13 @@ class ServingState:
 
     def _crash_why(self, what: str) -> str:
         said = self.exit_lines[-1] if self.exit_lines else (self.fatal[1] if self.fatal else None)
-        return f"{what}; the log: {said}" if said else what
+        why = f"{what}; the log: {said}" if said else what
+        return f"{why}; {self._gpu_said()}" if self.gpu_fault else why
+
+    def _gpu_said(self) -> str:
+        assert self.gpu_fault is not None
+        text = self.gpu_fault[1]
+        return text if text.startswith("gpu error") else f"gpu error: {text}"
 
     def summary(self, now: float, *, since: float | None = None) -> dict:
         """The serving counters for the result and the bundle; `probe_points` are [seconds since
@@ -308,6 +326,7 @@ class ServingState:
             "errors": [line for _, line in self.errors[-5:]],
             "ranks": [{"rank": r, "pid": pid, "state": s} for r, pid, s in self.ranks],
             "gone": [{"rank": r, "pid": pid, "how": how} for r, pid, _, how in self.gone],
+            "gpu_fault": self.gpu_fault[1] if self.gpu_fault else None,
         }
 
 
