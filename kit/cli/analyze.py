@@ -13,6 +13,7 @@ from kit.cli import cli
 from kit.cli.exits import DOCUMENT, exits
 from kit.errors import InputError
 from kit.logs import AnalysisReport, analyze_path, analyze_text
+from kit.logs.analyze import with_skipped
 from kit.output import show
 
 _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
@@ -34,10 +35,10 @@ def analyze(logfile: str, as_json: bool) -> None:
         from kit.files import read_log
 
         try:  # bounded and checked like a file: `- < /dev/zero` is refused at its first NUL
-            text = read_log(sys.stdin.buffer, name="stdin").text
+            log = read_log(sys.stdin.buffer, name="stdin")
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
-        report = analyze_text(text, source="-")
+        report = with_skipped(analyze_text(log.text, source="-"), log)
     elif _is_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
         from kit.diagnose.bundle import bundle_log_text
 
@@ -100,8 +101,17 @@ def _human(report: AnalysisReport, out: Console) -> None:
             markup=False,
             highlight=False,
         )
+    if report.skipped is not None:
+        out.print(
+            f"read as head and tail: the middle {report.skipped.bytes / 1e6:,.1f} MB "
+            f"({report.skipped.lines:,} lines) was skipped to keep memory bounded; attempts and counts "
+            "below are those of the part read",
+            markup=False,
+            highlight=False,
+        )
     if report.attempt.count > 1:
-        out.print(f"{report.attempt.summary} (from line {report.attempt.first_line})", markup=False)
+        counted = " in the part read" if report.skipped is not None else ""
+        out.print(f"{report.attempt.summary}{counted} (from line {report.attempt.first_line})", markup=False)
     if report.startup_s is not None:
         out.print(f"ready after {report.startup_s:.0f} s")
 

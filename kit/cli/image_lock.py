@@ -6,6 +6,7 @@ import click
 
 from kit.cli.exits import exits
 from kit.cli.image import image
+from kit.cli.params import FiniteFloat
 from kit.output import console, err_console
 
 
@@ -21,7 +22,7 @@ from kit.output import console, err_console
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=30),
+    type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
     default=900,
     show_default=True,
     help="Seconds uv may take per image.",

@@ -7,6 +7,7 @@ import functools
 
 import click
 
+from kit.cli.params import FiniteFloat
 from kit.errors import InputError
 
 
@@ -17,7 +18,7 @@ def serve_options(func):
     def wrapper(*args, serve, probe_every, probe_timeout, probe_budget, **kwargs):
         return func(*args, serve=serving_limits(serve, probe_every, probe_timeout, probe_budget), **kwargs)
 
-    seconds = click.FloatRange(min=0, min_open=True)
+    seconds = FiniteFloat(example="10")  # nan and inf refused (a probe every nan s never runs)
     for name, default, help in (
         ("--probe-budget", 5.0, "With --serve: a probe slower than this is DEGRADED."),
         ("--probe-timeout", 25.0, "With --serve: a probe unanswered this long, nothing served, is HUNG."),

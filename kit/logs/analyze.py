@@ -90,6 +90,13 @@ class WrapperRow(_Frozen):
     example: str
 
 
+class SkippedBlock(_Frozen):
+    """The middle of a log too large to read whole (kit.files.read_log keeps its head and tail)."""
+
+    bytes: int
+    lines: int
+
+
 class AnalysisReport(_Frozen):
     source: str | None
     outcome: Outcome
@@ -113,6 +120,8 @@ class AnalysisReport(_Frozen):
     tail: list[str]
     likely_causes: list[CauseRow]
     wrappers: list[WrapperRow] = []  # what was stripped from a pasted log (Compose, journalctl, ...)
+    # A log read as head and tail: the attempts, lines and counts cover what was read, not the middle.
+    skipped: SkippedBlock | None = None
 
 
 @contextmanager
@@ -231,7 +240,17 @@ def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> Anal
     empty or binary is an InputError) and analyse it."""
     from kit.files import read_log
 
-    return analyze_text(read_log(path).text, source=str(path), limits=limits)
+    log = read_log(path)
+    return with_skipped(analyze_text(log.text, source=str(path), limits=limits), log)
+
+
+def with_skipped(report: AnalysisReport, log) -> AnalysisReport:
+    """The report of a log read as head and tail says so: its attempt numbers and counts are those of
+    what was read (a restart log of thousands of launches loses the middle ones)."""
+    if not log.skipped_bytes:
+        return report
+    skipped = SkippedBlock(bytes=log.skipped_bytes, lines=log.skipped_lines)
+    return report.model_copy(update={"skipped": skipped})
 
 
 def _expected(tracker: Tracker, limits: PhaseLimits | None) -> ExpectedBlock | None:

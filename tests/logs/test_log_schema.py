@@ -136,3 +136,23 @@ def test_kit_smoke_json_matches_the_schema():
         ),
     )
     assert problems(jsonable(report), "smoke") == []
+
+
+def test_a_log_read_as_head_and_tail_says_what_was_skipped(tmp_path, capsys, monkeypatch):
+    # The bounded reader (kit/files.py) keeps a log's head and tail; the report must not pass the
+    # part read off as the whole: its attempts and counts are those of what was read.
+    import kit.files
+
+    monkeypatch.setattr(kit.files, "LOG_HEAD_BYTES", 4096)
+    monkeypatch.setattr(kit.files, "LOG_TAIL_BYTES", 8192)
+    monkeypatch.setattr(kit.files, "_CHUNK", 1024)  # the tail drops whole chunks
+    big = tmp_path / "restarts.log"
+    big.write_text(KIT_LOG.read_text(encoding="utf-8") * 20, encoding="utf-8")
+    document = _analyze_json(big, capsys)
+    assert problems(document, "analyze") == []
+    assert document["skipped"]["bytes"] > 0 and document["skipped"]["lines"] > 0
+    with pytest.raises(SystemExit):
+        main(["analyze", str(big)])
+    assert "was skipped to keep memory bounded" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert _analyze_json(KIT_LOG, capsys)["skipped"] is None
