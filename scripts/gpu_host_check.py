@@ -789,6 +789,50 @@ def step_doctor(args, status: Status) -> None:
 # -- watch: the mission's hang through the real host path --------------------------------------
 
 
+def watch_to_verdict(argv: list[str], limit: float, lines: list[str], stamps: list[float]) -> dict:
+    """Run `kit watch ... --json` to its end (past `limit`: SIGINT, then kill). Its stdout lines and
+    their times (seconds from its start) go into `lines` and `stamps` as they come, so a step that is
+    stopped keeps them; a watch still running when this returns or raises is stopped too."""
+    t0 = time.monotonic()
+    watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+
+        def pump():
+            for line in watch.stdout:
+                lines.append(line.rstrip("\n"))
+                stamps.append(time.monotonic() - t0)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        errs: list[str] = []
+        err_reader = threading.Thread(target=lambda: errs.append(watch.stderr.read()), daemon=True)
+        err_reader.start()
+        ran: dict = {}
+        try:
+            code = watch.wait(limit)
+        except subprocess.TimeoutExpired:
+            watch.send_signal(signal.SIGINT)
+            try:
+                code = watch.wait(15)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                code = watch.wait()
+            ran["watch_timed_out"] = limit
+        reader.join(5)
+        err_reader.join(5)
+        ran["watch_exit_code"] = code
+        ran["watch_seconds"] = round(time.monotonic() - t0, 2)
+        ran["watch_stderr_tail"] = (errs[0] if errs else "")[-3000:]
+        return ran
+    finally:
+        if watch.poll() is None:  # the step was stopped: the watch goes too
+            watch.send_signal(signal.SIGINT)
+            try:
+                watch.wait(5)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+
+
 def step_watch(args, status: Status, mode: str) -> None:
     import psutil
 
@@ -839,36 +883,9 @@ def step_watch(args, status: Status, mode: str) -> None:
     }
     lines: list[str] = []
     stamps: list[float] = []
-    watch = None
     try:
-        t0 = time.monotonic()
-        watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def pump():
-            for line in watch.stdout:
-                lines.append(line.rstrip("\n"))
-                stamps.append(time.monotonic() - t0)
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        errs: list[str] = []
-        err_reader = threading.Thread(target=lambda: errs.append(watch.stderr.read()), daemon=True)
-        err_reader.start()
-        try:
-            code = watch.wait(args.watch_limit)
-        except subprocess.TimeoutExpired:
-            watch.send_signal(signal.SIGINT)
-            try:
-                code = watch.wait(15)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                code = watch.wait()
-            meta["watch_timed_out"] = args.watch_limit
-        reader.join(5)
-        err_reader.join(5)
-        meta["watch_exit_code"] = code
-        meta["watch_seconds"] = round(time.monotonic() - t0, 2)
-        meta["watch_stderr_tail"] = (errs[0] if errs else "")[-3000:]
+        meta.update(watch_to_verdict(argv, args.watch_limit, lines, stamps))
+        code = meta["watch_exit_code"]
         result = result_line(lines)
         if result is not None:
             meta["result_after_s"] = round(
@@ -950,12 +967,6 @@ def step_watch(args, status: Status, mode: str) -> None:
             else:
                 status.finding(f"hang: the bundle is {size} bytes, too big to bring back")
     finally:
-        if watch is not None and watch.poll() is None:  # this step was stopped: the watch goes too
-            watch.send_signal(signal.SIGINT)
-            try:
-                watch.wait(5)
-            except subprocess.TimeoutExpired:
-                watch.kill()
         kill_group(rehearsal.pid)
         with contextlib.suppress(Exception):
             rehearsal.wait(10)

@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -161,35 +159,9 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
     meta: dict = {"type": "gpu-host-check", "mode": mode, "argv": argv, "rehearsal_pid": rehearsal.pid}
     lines: list[str] = []
     stamps: list[float] = []
-    watch = None
     try:
-        t0 = time.monotonic()
-        watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def pump():
-            for line in watch.stdout:
-                lines.append(line.rstrip("\n"))
-                stamps.append(time.monotonic() - t0)
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        errs: list[str] = []
-        err_reader = threading.Thread(target=lambda: errs.append(watch.stderr.read()), daemon=True)
-        err_reader.start()
-        try:
-            code = watch.wait(limit)
-        except subprocess.TimeoutExpired:
-            watch.send_signal(signal.SIGINT)
-            try:
-                code = watch.wait(15)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                code = watch.wait()
-            meta["watch_timed_out"] = limit
-        reader.join(5)
-        err_reader.join(5)
-        meta.update(watch_exit_code=code, watch_seconds=round(time.monotonic() - t0, 2))
-        meta["watch_stderr_tail"] = (errs[0] if errs else "")[-3000:]
+        meta.update(host.watch_to_verdict(argv, limit, lines, stamps))
+        code = meta["watch_exit_code"]
         result = host.result_line(lines)
         result_at = None
         if result is not None:
@@ -216,12 +188,6 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         meta["rehearsal_phases"] = phases
         return {"result": result, "code": code, "result_at": result_at, "lines": lines, "meta": meta}
     finally:
-        if watch is not None and watch.poll() is None:
-            watch.send_signal(signal.SIGINT)
-            try:
-                watch.wait(5)
-            except subprocess.TimeoutExpired:
-                watch.kill()
         host.kill_group(rehearsal.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             rehearsal.wait(10)
