@@ -420,17 +420,22 @@ def _human_diff(result, out) -> None:
     )
 
 
+def resolver_timeout(tool: str):
+    """--timeout for a command that runs a resolver per image (pip for resolve, uv for lock)."""
+    return click.option(
+        "--timeout",
+        "timeout_s",
+        type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
+        default=900,
+        show_default=True,
+        help=f"Seconds {tool} may take per image.",
+    )
+
+
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("resolve")
 @click.argument("names", nargs=-1, metavar="[NAME]...")
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
-    default=900,
-    show_default=True,
-    help="Seconds pip may take per image.",
-)
+@resolver_timeout("pip")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document: a list, one report per image."
 )

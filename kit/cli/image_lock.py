@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from kit.cli.exits import exits
-from kit.cli.image import image
-from kit.cli.params import FiniteFloat
+from kit.cli.image import image, resolver_timeout
 from kit.output import console, err_console
 
 
@@ -19,14 +18,7 @@ from kit.output import console, err_console
     help="Write nothing: does images/NAME.lock still satisfy images/NAME.toml (pins, platform, "
     "Python, indexes, CUDA minor, a hash for every package)? No network.",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
-    default=900,
-    show_default=True,
-    help="Seconds uv may take per image.",
-)
+@resolver_timeout("uv")
 def lock(names: tuple[str, ...], check: bool, timeout_s: float) -> None:
     """Resolve images/NAME.toml (default: every manifest) into images/NAME.lock with uv, for the
     image's platform and Python, every file with its hash, and print what changed (package, old ->
