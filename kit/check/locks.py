@@ -191,7 +191,7 @@ def releases() -> tuple[str, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kit.images.image_lock import write_atomically
+    from kit.files import write_atomic
     from kit.images.pipconfig import pip_defaults
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -211,8 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wheel_dirs = pip_defaults().find_links
     for release in targets:
         text = make(release, wheel_dirs=wheel_dirs)
-        write_atomically(lock_file(release), text)
-        print(f"{lock_file(release).name}: {len(parse_entries(text))} packages")
+        path = lock_file(release)
+        write_atomic(path, text.encode("utf-8"), field=f"kit/check/locks/{path.name}")
+        print(f"{path.name}: {len(parse_entries(text))} packages")
     return 0
 
 

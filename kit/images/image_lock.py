@@ -13,7 +13,7 @@ dependencies) is locked alone with --no-deps. The CUDA wheels that carry the too
 are held to the manifest's CUDA minor (resolve.toml [lock] cuda_components).
 
 Pure: lock_ask, uv_args, parse_entries, merge_blocks, lock_text, check_lock, lock_changes.
-Adapters: make_lock (probes the indexes, runs uv), write_atomically.
+Adapters: make_lock (probes the indexes, runs uv); the lock is written with kit.files.write_atomic.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from kit import paths
 from kit.errors import EnvironmentProblem, InputError
+from kit.files import write_atomic
 from kit.images.lock import LockDiff, diff_locks, normalize, parse_lock
 from kit.images.manifest import Manifest
 from kit.images.resolve import _data, distribution, python_version, requirements_for
@@ -354,19 +355,6 @@ def make_lock(
     )
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """A reader sees the old lock or the new one, never half of one."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def check_file(manifest: Manifest, directory: Path | None = None) -> tuple[list[Problem], int]:
     """check_lock on images/NAME.lock; a missing lock is a problem too. Returns (problems, packages)."""
     path = lock_path(manifest.name, directory)
@@ -405,7 +393,7 @@ def relock(manifest: Manifest, *, directory: Path | None = None, timeout_s: floa
         first = problems[0]
         raise InputError(f"pins: {first.package}", f"the resolved lock does not hold it: {first.detail}")
     diff = lock_changes(old, made.text)
-    write_atomically(path, made.text)
+    write_atomic(path, made.text.encode("utf-8"), field=f"images/{manifest.name}.lock")
     count = len(parse_entries(made.text))
     if old is None:
         summary = f"written, {count} packages"
