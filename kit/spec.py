@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict
 from kit.errors import InputError
 
 PHASES = ("init", "load", "memory", "capture", "warmup")
+# The longest a phase deadline, stall window, budget or timeout may be: one bound for the catalog,
+# the CLI and the limits parser (a larger value, inf or nan, is a typo, not a plan).
+MAX_SECONDS = 7 * 24 * 3600.0
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 
 

@@ -12,11 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kit.spec import MAX_SECONDS
+
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Positive = Annotated[int, Field(gt=0)]
-Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 
 
 class _Strict(BaseModel):

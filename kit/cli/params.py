@@ -23,8 +23,9 @@ from typing import Any
 import click
 
 from kit.errors import InputError
+from kit.spec import MAX_SECONDS
 
-WEEK_S = 7 * 24 * 3600.0  # the catalog's own bound on a phase's seconds (kit/catalog/_schema.py)
+WEEK_S = MAX_SECONDS  # the one bound on seconds (kit/spec.py), shared with the catalog and limits
 _WHOLE = re.compile(r"^[+-]?[0-9]+$")
 
 

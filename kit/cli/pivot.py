@@ -470,7 +470,7 @@ def print_bisect(result: Any, out: Console) -> None:
 @click.option(
     "--budget",
     "budget_s",
-    type=FiniteFloat(0, 7 * 24 * 3600, example="--budget 3600"),
+    type=FiniteFloat(0, WEEK_S, example="--budget 3600"),
     default=None,
     metavar="SECONDS",
     help="Total time for the ladder (seconds, more than 0).",

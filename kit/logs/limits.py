@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from kit.errors import InputError
 from kit.logs import PhaseLimits, StageSeconds
-from kit.spec import LaunchSpec
+from kit.spec import MAX_SECONDS, LaunchSpec
 
 STAGES = ("launch", "init", "load", "memory", "autotune", "capture", "warmup", "first_token")
 # Before the first milestone the server imports SGLang and checks arguments: up to minutes on a
@@ -29,7 +29,7 @@ def parse_limit_overrides(values: Iterable[str], option: str) -> dict[str, float
             seconds = float(number)
         except ValueError:
             raise InputError(option, f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not 0 < seconds <= 7 * 24 * 3600:  # nan compares false: refused here too, as is inf
+        if not 0 < seconds <= MAX_SECONDS:  # nan compares false: refused here too, as is inf
             raise InputError(
                 option, f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
             )
