@@ -20,7 +20,8 @@ def step_import(args, status: Status) -> None:
     if code != 0:
         status.error(f"python3 -m kit --help exited {code}: {(err.strip().splitlines() or ['?'])[-1]}")
         return
-    import kit  # (kit.cli imported in the subprocess above)
+    # The subprocess above imported kit.cli; this unit does not (docs/layers.toml: nothing imports cli).
+    import kit
 
     spy = shutil.which("py-spy")
     status.ok(
