@@ -17,7 +17,7 @@ SGLang), on the tiny model kit/rehearsal/tiny_qwen3_5.py generates:
     python -m kit.rehearsal.greedy_ties OUT.json [--device cuda] [--dtype bfloat16]
 
 `tie_figures` is pure (tests/rehearsal/test_greedy_ties.py); `measure` needs torch and transformers
-(the GPU host check's `ties` step, scripts/gpu_host_check.py, runs it on a real GPU in bf16).
+(the GPU host check's `ties` step, kit/hostcheck/shape_steps.py, runs it on a real GPU in bf16).
 """
 
 from __future__ import annotations

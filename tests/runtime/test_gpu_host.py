@@ -15,7 +15,6 @@ and, on two GPUs or more, between two ranks. First run on an H200 on 2026-12-04
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import shutil
@@ -26,14 +25,17 @@ from pathlib import Path
 
 import pytest
 
+from kit.hostcheck.judge import result_line
+from kit.hostcheck.nvml_step import nvml_processes
+from kit.hostcheck.preflight import ranks_run
+from kit.hostcheck.record import free_port
+from kit.hostcheck.smi import SMI_FIELDS, parse_smi_csv
 from kit.runtime.nvml import open_nvml
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-REHEARSAL = ROOT / "scripts" / "gpu_hang_rehearsal.py"
-sys.path.insert(0, str(ROOT / "scripts"))
-check = importlib.import_module("gpu_host_check")  # the GPU host check's own readers and rank run
+REHEARSAL = ROOT / "kit" / "hostcheck" / "rehearsal" / "hang.py"
 GIB = 1 << 30
 ALLOC = """
 import sys, torch
@@ -65,10 +67,10 @@ def gpus():
 def test_nvml_inventory_agrees_with_nvidia_smi(gpus):
     inventory = gpus.inventory()
     done = subprocess.run(
-        ["nvidia-smi", f"--query-gpu={','.join(check.SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+        ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    rows = check.parse_smi_csv(done.stdout)
+    rows = parse_smi_csv(done.stdout)
     assert inventory.error is None and inventory.count == len(rows) > 0
     assert inventory.driver_version == rows[0]["driver_version"]
     for device, row in zip(inventory.devices, rows, strict=True):
@@ -86,9 +88,7 @@ def test_a_processs_gpu_memory_is_read_by_its_host_pid(gpus, torch_python):
     try:
         reserved = int(child.stdout.readline())
         # NVML's own answer, read raw: does it give this PID a figure of its own here?
-        raw = [
-            r for r in check.nvml_processes(gpus.lib) if r.get("pid") == child.pid and r["kind"] == "compute"
-        ]
+        raw = [r for r in nvml_processes(gpus.lib) if r.get("pid") == child.pid and r["kind"] == "compute"]
         assert raw, "NVML does not list the child's host PID"
         per_process = all(r["used_bytes"] is not None for r in raw)
         usage = gpus.usage([child.pid])
@@ -112,13 +112,13 @@ def test_a_processs_gpu_memory_is_read_by_its_host_pid(gpus, torch_python):
 def test_watch_names_a_tcpstore_rendezvous_wait_hung_in_init_and_leaves_it_running(tmp_path, torch_python):
     """The mission's hang shape through the host path: rank 0 of TP 2 holds a real GPU and waits in
     torch's TCPStore rendezvous (init_process_group -> _create_c10d_store) for a rank that never
-    comes, before any NCCL communicator exists (scripts/gpu_hang_rehearsal.py, SGLang 0.5.23's lines).
+    comes, before any NCCL communicator exists (kit/hostcheck/rehearsal/hang.py, SGLang 0.5.23's lines).
     It shows the watch on a quiet wait in init; it does not show an NCCL collective hanging."""
     import psutil
 
     log = tmp_path / "server.log"
     rehearsal = subprocess.Popen(
-        [torch_python, str(REHEARSAL), "--log", str(log), "--port", str(check.free_port())],
+        [torch_python, str(REHEARSAL), "--log", str(log), "--port", str(free_port())],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -131,7 +131,7 @@ def test_watch_names_a_tcpstore_rendezvous_wait_hung_in_init_and_leaves_it_runni
             env={**os.environ, "KIT_CACHE_DIR": str(tmp_path / "cache")},
         )  # fmt: skip
         objects = [json.loads(line) for line in watch.stdout.splitlines() if line.startswith("{")]
-        result = check.result_line(watch.stdout.splitlines())
+        result = result_line(watch.stdout.splitlines())
         assert [o for o in objects if o.get("type") == "result"] == [result]
         judged = (watch.returncode, result["verdict"], result["phase"])
         assert judged == (4, "hung", "init"), watch.stderr[-2000:]
@@ -151,7 +151,7 @@ def test_the_preflight_rank_script_on_one_gpu_initialises_nccl_and_says_no_peer_
 ):
     """The request `kit preflight` sends, one rank, run on the host's torch and read back by
     PreflightRun: NCCL initialises and its one-rank collectives pass; no byte crosses between GPUs."""
-    result = check.ranks_run(tmp_path, 1, timeout=90, python=torch_python)
+    result = ranks_run(tmp_path, 1, timeout=90, python=torch_python)
     assert result["device"] == "cuda" and result["exit_code"] == 0, result["stdout_tail"]
     assert (result["verdict"] or {}).get("verdict") == "ok", result["errors"]
     assert result["nccl"]  # read from NCCL's own INFO lines
@@ -164,7 +164,7 @@ def test_the_preflight_rank_script_moves_data_between_two_gpus_over_nccl(tmp_pat
     transport lines naming how the bytes crossed."""
     if gpus.count < 2:
         pytest.skip(f"peer traffic needs two GPUs; this host has {gpus.count}")
-    result = check.ranks_run(tmp_path, 2, timeout=90, python=torch_python)
+    result = ranks_run(tmp_path, 2, timeout=90, python=torch_python)
     assert result["device"] == "cuda" and result["exit_code"] == 0, result["stdout_tail"]
     assert (result["verdict"] or {}).get("verdict") == "ok", result["errors"]
     steps = {row["step"]: row for row in result["steps"]}

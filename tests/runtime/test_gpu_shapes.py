@@ -1,14 +1,13 @@
-"""Issue 27 item 9's GPU host steps (scripts/gpu_shape_steps.py, scripts/gpu_shape_rehearsal.py).
+"""Issue 27 item 9's GPU host steps (kit/hostcheck/shape_steps.py, kit/hostcheck/rehearsal/shapes.py).
 
-On CPU: the rehearsal's lines are SGLang 0.5.23's and read as init / capture begun; the judging of
-the watch's output; and the quiet control (watch-quiet) end to end through the real runner on a plain
+On CPU: the quiet control (watch-quiet) end to end through scripts/gpu_host_check.py on a plain
 process: kit watch --pid names it HUNG in capture and leaves it alive. On a GPU (`gpu`): the spin and
-the cold Triton compile.
+the cold Triton compile. The rehearsal's lines and the judging of the watch's output are tested
+without a process in tests/hostcheck/.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import os
@@ -19,84 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from kit.logs import analyze_text
+from kit.hostcheck.rehearsal import shapes
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
-sys.path.insert(0, str(ROOT / "scripts"))
-shapes = importlib.import_module("gpu_shape_rehearsal")
-steps = importlib.import_module("gpu_shape_steps")
-hang = importlib.import_module("gpu_hang_rehearsal")
-
-
-def _texts(path: Path) -> set[str]:
-    return {line.split("] ", 1)[1] for line in path.read_text().splitlines() if line.startswith("[20")}
-
-
-def _log(*texts: str, now: float = 1_780_000_000.0) -> str:
-    lines = [hang.stamp(now=now) + t for t in hang.LAUNCHER_LINES]
-    lines += [hang.stamp("TP0", now=now + 1 + i) + t for i, t in enumerate(texts)]
-    return "\n".join(lines) + "\n"
-
-
-def test_the_shape_rehearsal_prints_sglang_0_5_23s_own_lines():
-    real = _texts(FIXTURES / "kit-logs" / "sglang-0.5.23-cpu-tiny-tp2-ready.log")
-    assert set(shapes.TO_MEMORY_POOL) <= real
-    # 0.5.23's capture line format (cuda_graph_setup.py), as the kit's parser reads it.
-    capture = analyze_text(_log(hang.INIT_BEGIN, *shapes.TO_MEMORY_POOL, shapes.CAPTURE_BEGIN))
-    assert (capture.outcome, capture.last_milestone, capture.phase) == ("hung", "capture.begin", "capture")
-    spin = analyze_text(_log(hang.INIT_BEGIN))
-    assert (spin.last_milestone, spin.phase) == ("init.begin", "init")
-
-
-def _result(verdict="hung", phase="init", shape="spinning", where="spin_gpu <- scheduler <- main"):
-    return {
-        "type": "result",
-        "verdict": verdict,
-        "phase": phase,
-        "activity": {"shape": shape, "cpu_cores": 1.0, "gpu_util": [100]},
-        "stacks": [{"rank": "TP0", "kind": "other", "where": where}],
-    }
-
-
-def test_the_spin_is_judged_by_verdict_phase_shape_and_stack():
-    assert steps.judge_stall(_result(), 4, "spin")[0] == "ok"
-    state, text = steps.judge_stall(_result(shape=None), 4, "spin")
-    assert state == "finding" and "expected activity 'spinning'" in text
-    state, text = steps.judge_stall(_result(where="scheduler <- main"), 4, "spin")
-    assert state == "finding" and "spin_gpu" in text
-    assert steps.judge_stall(_result(verdict="ready"), 0, "spin")[0] == "finding"
-    assert steps.judge_stall(None, 1, "spin")[0] == "error"
-    assert steps.judge_stall(_result(phase="capture", shape="quiet", where="x"), 4, "quiet")[0] == "ok"
-    assert steps.judge_stall(_result(phase="init", shape="quiet"), 4, "quiet")[0] == "finding"
-
-
-def _activity(compile_bytes, compilers):
-    return json.dumps({"type": "activity", "compile_bytes": compile_bytes, "compilers": compilers})
-
-
-def test_compile_activity_is_the_largest_in_the_watchs_samples():
-    lines = ["not json", _activity(0, 0), _activity(4096, 1), _activity(None, None), "{broken"]
-    assert steps.compile_seen(lines) == {"samples": 3, "max_compile_bytes": 4096, "max_compilers": 1}
-
-
-def test_the_compile_is_judged_against_when_it_ended():
-    compiled = {"kernels": 30, "started_at": 8.0, "ended_at": 48.0, "cache_bytes": 900_000}
-    seen = {"samples": 20, "max_compile_bytes": 800_000, "max_compilers": 1}
-    after = steps.judge_compile(_result(phase="capture"), 4, 66.0, compiled, seen)
-    assert [s for s, _ in after] == ["ok", "ok", "ok"]
-    assert "18.0 s after the last compile" in after[-1][1]
-    during = steps.judge_compile(_result(phase="capture"), 4, 30.0, compiled, seen)
-    assert during[0][0] == "finding" and "30.0 s" in during[0][1]
-    unseen = steps.judge_compile(
-        None, 130, None, compiled, {**seen, "max_compile_bytes": 0, "max_compilers": 0}
-    )
-    assert [s for s, _ in unseen] == ["ok", "finding", "finding"]
-    assert steps.judge_compile(None, 1, None, None, seen)[0][0] == "error"
 
 
 def test_the_quiet_control_on_a_plain_process_is_hung_in_capture_and_left_alive(tmp_path):
-    """watch-quiet through scripts/gpu_host_check.py, as the runner calls it (py-spy from the venv)."""
+    """watch-quiet through scripts/gpu_host_check.py, the thin runner by path (py-spy from the venv)."""
     out, work = tmp_path / "out", tmp_path / "work"
     out.mkdir()
     work.mkdir()

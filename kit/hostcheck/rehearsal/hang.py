@@ -1,12 +1,13 @@
 """A REHEARSAL of the mission's hang, not SGLang: one rank of a TP-2 start-up whose peer never comes.
 
-    python3 scripts/gpu_hang_rehearsal.py --log FILE --port P [--mode hang|crash] [--crash-after S]
+    python3 kit/hostcheck/rehearsal/hang.py --log FILE --port P [--mode hang|crash] [--crash-after S]
 
 It exists so that `kit watch --pid N --log FILE` (kit/runtime/host_source.py) can be pointed at a
 real process that holds a real GPU and waits in torch's TCPStore rendezvous (init_process_group ->
-_create_c10d_store), on a machine without SGLang (scripts/gpu-host-check runs it;
-docs/gpu-host-check.md). The wait comes before any NCCL communicator exists, so no NCCL code runs:
-it rehearses the report's symptom (quiet in init, GPU memory held), not an NCCL hang.
+_create_c10d_store), on a machine without SGLang (the GPU host check's watch-hang and watch-crash,
+kit/hostcheck/watch.py; docs/gpu-host-check.md). The wait comes before any NCCL communicator
+exists, so no NCCL code runs: it rehearses the report's symptom (quiet in init, GPU memory held),
+not an NCCL hang.
 
 What is real and what is borrowed:
 
@@ -33,7 +34,8 @@ What is real and what is borrowed:
   crash` gives the store a short timeout, so torch raises its own error and the scheduler exits 1
   the way SGLang's does (the launcher then SIGKILLs itself, as SGLang's launcher does).
 
-Without CUDA (the CPU rehearsal of the check) it uses gloo and holds no GPU memory.
+Without CUDA (the CPU rehearsal of the check) it uses gloo and holds no GPU memory. It is run by path
+on a Python with torch and imports nothing of the kit (no kit need be installed there).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import time
 import traceback
 
 # Verbatim from tests/fixtures/kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log (SGLang 0.5.23); the
-# test tests/runtime/test_gpu_host_check.py holds each to that file.
+# test tests/hostcheck/test_rehearsal_lines.py holds each to that file.
 LAUNCHER_LINES = (
     "Fail to set RLIMIT_NOFILE: current limit exceeds maximum limit",
     "Using default HuggingFace chat template with detected content format: string",

@@ -1,15 +1,15 @@
 """A REHEARSAL of two start-up shapes on a real GPU, not SGLang: a rank that spins, a rank that compiles.
 
-    python3 scripts/gpu_shape_rehearsal.py --log FILE --mode spin|compile|quiet [--compile-seconds S]
+    python3 kit/hostcheck/rehearsal/shapes.py --log FILE --mode spin|compile|quiet [--compile-seconds S]
         [--report JSON]
 
 It exists so that `kit watch --pid N --log FILE` can be pointed at real processes on a GPU host with
-no SGLang (scripts/gpu_host_check.py, steps watch-spin, watch-compile, watch-quiet;
+no SGLang (kit/hostcheck/shape_steps.py, steps watch-spin, watch-compile, watch-quiet;
 docs/gpu-host-check.md). The process tree, the title `sglang::scheduler_TP0` and the launcher are
-those of scripts/gpu_hang_rehearsal.py.
+those of hang.py beside it. Run by path on a Python with torch; it imports nothing of the kit.
 
 - **spin**: the launcher's and TP0's lines up to `Init parallel begin.` (SGLang 0.5.23's own, as in
-  gpu_hang_rehearsal.py), then TP0 keeps its GPU busy with no log line and no memory growth: a bf16
+  hang.py), then TP0 keeps its GPU busy with no log line and no memory growth: a bf16
   matmul into the same output tensor, over and over (`spin_gpu`). The shape of a hung collective
   (GPU at 100 %, a core busy, nothing moving), not a collective: no NCCL code runs. Without CUDA it
   spins the same loop on the CPU.
@@ -39,8 +39,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_hang_rehearsal import HOLD_BYTES, INIT_BEGIN, LAUNCHER_LINES, TITLE, write
+try:  # imported as part of the kit (the tests)
+    from kit.hostcheck.rehearsal.hang import HOLD_BYTES, INIT_BEGIN, LAUNCHER_LINES, TITLE, write
+except ImportError:  # run by path, where no kit need be importable: hang.py is beside this file
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hang import HOLD_BYTES, INIT_BEGIN, LAUNCHER_LINES, TITLE, write
 
 # TP0's lines after `Init parallel begin.`, verbatim from the kit's real SGLang 0.5.23 run
 # (tests/fixtures/kit-logs/sglang-0.5.23-cpu-tiny-tp2-ready.log lines 44, 82, 86, 89, 92).

@@ -1,16 +1,16 @@
-"""Issue 27 item 9's steps of scripts/gpu-host-check: a spinning rank, a cold Triton compile in capture
-and its quiet control, and the tiny model's greedy-tie rate in bf16. docs/gpu-host-check.md.
+"""Issue 27 item 9's steps: a spinning rank, a cold Triton compile in capture and its quiet control,
+and the tiny model's greedy-tie rate in bf16. docs/gpu-host-check.md.
 
-    watch-spin     kit watch --pid on gpu_shape_rehearsal.py --mode spin: HUNG in init, "spinning",
+    watch-spin     kit watch --pid on rehearsal/shapes.py --mode spin: HUNG in init, "spinning",
                    TP0's stack in spin_gpu, the process alive after the verdict
     watch-compile  --mode compile: cold Triton compiles after 0.5.23's capture line, log quiet: no
                    verdict while it compiles, compile activity in the watch's samples; HUNG after
     watch-quiet    --mode quiet: the same lines, then a sleep: HUNG in capture within the window
     ties           kit/rehearsal/greedy_ties.py on cuda in bf16 (and float32 for contrast): ties.json
 
-The watches' JSON lines and one `"type": "gpu-host-check"` line each go to OUT/shapes.jsonl. The pure
-judging (`judge_*`) is tested on CPU in tests/runtime/test_gpu_shapes.py, and so is watch-quiet
-itself (a plain process: no GPU needed for the quiet control).
+The watches' JSON lines and one `"type": "gpu-host-check"` line each go to OUT/shapes.jsonl. The
+judging is judge.py's (pure); watch-quiet itself runs on CPU too (a plain process: no GPU needed
+for the quiet control; tests/runtime/test_gpu_shapes.py).
 """
 
 from __future__ import annotations
@@ -23,117 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-import gpu_host_check as host
+from kit.hostcheck.judge import compile_seen, judge_compile, judge_stall, result_line
+from kit.hostcheck.record import ROOT, dump_json, jsonable, kill_group, remember_pgid, sh
+from kit.hostcheck.watch import watch_to_verdict
 
-SHAPES = host.ROOT / "scripts" / "gpu_shape_rehearsal.py"
-SPIN_FRAME = "spin_gpu"
-EXPECT = {
-    "spin": ("hung", 4, "init"),
-    "quiet": ("hung", 4, "capture"),
-}
-
-
-# -- pure: what the watch said against what ran ----------------------------------------------------
-
-
-def activity_lines(lines: list[str]) -> list[dict]:
-    found = []
-    for line in lines:
-        if line.startswith("{") and '"activity"' in line:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                found.append(obj)
-    return found
-
-
-def compile_seen(lines: list[str]) -> dict:
-    """The largest compile figures among the watch's activity samples (None where never known)."""
-    samples = activity_lines(lines)
-    written = [s.get("compile_bytes") for s in samples if s.get("compile_bytes") is not None]
-    compilers = [s.get("compilers") for s in samples if s.get("compilers") is not None]
-    return {
-        "samples": len(samples),
-        "max_compile_bytes": max(written) if written else None,
-        "max_compilers": max(compilers) if compilers else None,
-    }
-
-
-def judge_stall(result: dict | None, code: int | None, mode: str) -> tuple[str, str]:
-    """(status, headline) for the spin and quiet shapes: HUNG in the expected phase, exit 4; the
-    spin also "spinning" with TP0's stack in the spin."""
-    verdict, exit_code, phase = EXPECT[mode]
-    if result is None:
-        return "error", f"{mode}: no result line from kit watch (exit {code})"
-    activity = result.get("activity") or {}
-    stacks = result.get("stacks") or []
-    where = "; ".join(f"{s.get('rank')} {s.get('kind')}: {s.get('where')}" for s in stacks) or "none"
-    head = (
-        f"{mode}: {str(result.get('verdict')).upper()} in {result.get('phase')} exit {code}; "
-        f"activity {activity.get('shape')} cpu {activity.get('cpu_cores')} cores "
-        f"gpu_util {activity.get('gpu_util')}; stacks {where}"
-    )
-    wrong = []
-    if (result.get("verdict"), code) != (verdict, exit_code):
-        wrong.append(f"expected {verdict.upper()} exit {exit_code}")
-    if phase not in str(result.get("phase") or ""):
-        wrong.append(f"expected phase {phase}")
-    if mode == "spin":
-        if activity.get("shape") != "spinning":
-            wrong.append("expected activity 'spinning'")
-        if SPIN_FRAME not in json.dumps(stacks):
-            wrong.append(f"expected TP0's stack in {SPIN_FRAME}")
-    return ("finding", "; ".join(wrong) + "; got " + head) if wrong else ("ok", head)
-
-
-def judge_compile(
-    result: dict | None,
-    code: int | None,
-    result_at: float | None,
-    compiled: dict | None,
-    seen: dict,
-) -> list[tuple[str, str]]:
-    """The compile shape: no verdict before the compiles ended (times on the watch's clock, seconds
-    from its start), compile activity in the samples, and (the quiet after) HUNG in capture."""
-    if compiled is None:
-        return [("error", "compile: the rehearsal reported no compile (no CUDA or no triton?)")]
-    end = compiled["ended_at"]
-    said = (
-        f"compile: {compiled['kernels']} cold Triton compiles ({compiled.get('how')}) from "
-        f"{compiled['started_at']:.1f} s to {end:.1f} s, cache {compiled.get('cache_bytes')} bytes"
-    )
-    out = []
-    if result is not None and result_at is not None and result_at < end:
-        out.append(("finding", f"{said}; but the watch said {result.get('verdict')} at {result_at:.1f} s"))
-    else:
-        out.append(("ok", f"{said}; no verdict while compiling"))
-    if seen["max_compile_bytes"] or seen["max_compilers"]:
-        out.append(
-            (
-                "ok",
-                f"compile: activity seen: up to {seen['max_compile_bytes']} bytes written, "
-                f"{seen['max_compilers']} compilers at once ({seen['samples']} samples)",
-            )
-        )
-    else:
-        out.append(("finding", f"compile: no compile activity in the watch's samples: {seen}"))
-    if result is None:
-        out.append(("finding", f"compile: no verdict after the compiles ended (watch exit {code})"))
-    elif result_at is not None and result_at >= end:
-        status = "ok" if (result.get("verdict"), code) == ("hung", 4) else "finding"
-        out.append(
-            (
-                status,
-                f"compile: then {str(result.get('verdict')).upper()} in {result.get('phase')} exit {code} "
-                f"at {result_at:.1f} s, {result_at - end:.1f} s after the last compile",
-            )
-        )
-    return out
-
-
-# -- shell: one watch over one rehearsal ------------------------------------------------------------
+SHAPES = Path(__file__).resolve().parent / "rehearsal" / "shapes.py"
 
 
 def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
@@ -153,16 +47,16 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    host.remember_pgid(work, rehearsal.pid)
+    remember_pgid(work, rehearsal.pid)
     argv = [sys.executable, "-m", "kit", "watch", "--pid", str(rehearsal.pid), "--log", str(log)]
     argv += [*stall, "--json"]
     meta: dict = {"type": "gpu-host-check", "mode": mode, "argv": argv, "rehearsal_pid": rehearsal.pid}
     lines: list[str] = []
     stamps: list[float] = []
     try:
-        meta.update(host.watch_to_verdict(argv, limit, lines, stamps))
+        meta.update(watch_to_verdict(argv, limit, lines, stamps))
         code = meta["watch_exit_code"]
-        result = host.result_line(lines)
+        result = result_line(lines)
         result_at = None
         if result is not None:
             at = [stamps[i] for i, x in enumerate(lines) if x.startswith("{") and '"result"' in x]
@@ -188,7 +82,7 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         meta["rehearsal_phases"] = phases
         return {"result": result, "code": code, "result_at": result_at, "lines": lines, "meta": meta}
     finally:
-        host.kill_group(rehearsal.pid)
+        kill_group(rehearsal.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             rehearsal.wait(10)
         console.close()
@@ -196,7 +90,7 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         with (Path(args.out) / "shapes.jsonl").open("a", encoding="utf-8") as out_file:
             for line in lines:
                 out_file.write(line + "\n")
-            out_file.write(json.dumps(host.jsonable(meta)) + "\n")
+            out_file.write(json.dumps(jsonable(meta)) + "\n")
         print(f"--- shape {mode} log:")
         print(log.read_text(errors="replace")[-3000:] if log.exists() else "(none)")
         print(f"--- shape {mode} console:")
@@ -234,7 +128,7 @@ def step_compile(args, status) -> None:
         shutil.rmtree(cache)
     cache.mkdir(parents=True)
     os.environ["TRITON_CACHE_DIR"] = str(cache)
-    code, fs, _ = host.sh(["stat", "-f", "-c", "%T", str(cache)], timeout=10)
+    code, fs, _ = sh(["stat", "-f", "-c", "%T", str(cache)], timeout=10)
     stall = ["--stall", "launch=60", "--stall", f"capture={args.capture_stall}"]
     limit = args.compile_seconds + args.capture_stall + 45
     run = run_watch(args, "compile", stall, limit, ["--compile-seconds", str(args.compile_seconds)])
@@ -259,7 +153,7 @@ def step_compile(args, status) -> None:
 
 def step_ties(args, status) -> None:
     out = Path(args.out)
-    code, smi, _ = host.sh(["nvidia-smi", "-L"], timeout=20)
+    code, smi, _ = sh(["nvidia-smi", "-L"], timeout=20)
     device = "cuda" if code == 0 and "GPU " in smi else "cpu"
     runs = {}
     for dtype in ("bfloat16", "float32"):
@@ -268,14 +162,14 @@ def step_ties(args, status) -> None:
         argv += ["--dtype", dtype]
         if device == "cpu":  # the CPU rehearsal of the step: small, so it ends in its limit
             argv += ["--prompts", "1", "--new-tokens", "4"]
-        rc, stdout, stderr = host.sh(argv, timeout=args.ties_limit / 2, cwd=host.ROOT)
+        rc, stdout, stderr = sh(argv, timeout=args.ties_limit / 2, cwd=ROOT)
         print(stdout[-2000:], stderr[-3000:], sep="\n")
         if rc != 0 or not target.exists():
             last = (stderr.strip().splitlines() or ["-"])[-1][:200]
             status.error(f"ties {dtype} on {device}: exit {rc}: {last}")
             continue
         runs[dtype] = json.loads(target.read_text())
-    host.dump_json(out / "ties.json", runs)
+    dump_json(out / "ties.json", runs)
     for dtype, fig in runs.items():
         below = ", ".join(f"gap<{eps} {v['step_below']:.3f}" for eps, v in fig["below"].items())
         status.ok(
@@ -285,11 +179,3 @@ def step_ties(args, status) -> None:
             f"{fig.get('smallest_covering_epsilon')}); torch {fig['torch']}, "
             f"transformers {fig['transformers']}, {fig['seconds']} s"
         )
-
-
-STEPS = {
-    "watch-spin": step_spin,
-    "watch-compile": step_compile,
-    "watch-quiet": step_quiet,
-    "ties": step_ties,
-}
