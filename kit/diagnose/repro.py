@@ -399,7 +399,7 @@ def here_fingerprint(plan: ReplayPlan, environ: Mapping[str, str] = os.environ) 
     present = {k: "<set here>" for k in plan.spec.pass_env if environ.get(k)}
     return {
         "format": fp.FORMAT,
-        "kit": facts.kit_section(),
+        "kit": fp.kit_section(),
         "image": image,
         "versions": versions,
         "host": facts.host_facts(),
