@@ -34,7 +34,6 @@ from kit.diagnose.bundle import (
     build_members,
     rank_file,
     safe_stem,
-    verdict_at,
     write_bundle,
 )
 from kit.diagnose.fact_sources import ContainerFacts, HostServer, PastedLogFacts, facts_of_run
@@ -131,7 +130,6 @@ def write_run_folder(
         masked,
         title=f"{masked.get('target')} on {masked.get('image')}",
         verdict=str(masked.get("verdict")),
-        verdict_at_s=verdict_at(masked),
     )
     (folder / "startup.svg").write_text(svg, encoding="utf-8")
     return folder
