@@ -116,7 +116,7 @@ class ReplayFacts:
         return (*facts.image_facts_of_manifest(self.spec.image, why), None)
 
     def host(self) -> dict:
-        return {k: fp.unknown(self._no_host) for k in ("kernel", "os", "docker_engine", "compose")}
+        return fp.host_unknown(self._no_host)
 
     def nvidia(self) -> dict:
         gpus, why = self.gpus, self._no_host
@@ -293,11 +293,11 @@ class PastedLogFacts:
         return section, versions, None
 
     def host(self) -> dict:
-        return {k: fp.unknown(self._why) for k in ("kernel", "os", "docker_engine", "compose")}
+        return fp.host_unknown(self._why)
 
     def nvidia(self) -> dict:
         unknown = fp.unknown(self._why)
-        return fp.nvidia_section(
+        section = fp.nvidia_section(
             None,
             p2p=None,
             topology=None,
@@ -307,6 +307,7 @@ class PastedLogFacts:
             smi_topo=unknown,
             why_no_nvml=self._why,
         )
+        return section | {"lost_gpus": unknown}
 
     def launch(self) -> fp.Launch:
         unknown = fp.unknown(self._why)

@@ -38,8 +38,7 @@ def host_section(engine: EngineFacts, tools: ToolFacts) -> dict:
     compose = tools.compose_version or fp.unknown(tools.compose_why or "no answer")
     if not engine.answered:
         why = f"the Docker engine did not answer ({engine.error})"
-        keys = ("kernel", "os", "arch", "cpus", "memory_gib", "docker_engine", "docker_api")
-        return {k: fp.unknown(why) for k in keys} | {"compose": compose}
+        return fp.host_unknown(why) | {"compose": compose}
     memory = round((engine.memory_bytes or 0) / (1 << 30), 1)
     return {
         "kernel": engine.kernel or fp.unknown("not reported"),
@@ -325,13 +324,8 @@ def image_facts_of_manifest(name: str | None, why: str) -> tuple[dict, dict]:
         manifest = load_manifest(name)
     except KitError as exc:
         unknown = fp.unknown(exc.one_line())
-        return {
-            "name": name,
-            "tag": unknown,
-            "id": unknown,
-            "digest": unknown,
-            "labels": {},
-        }, fp.versions_unknown(exc.one_line())
+        image = {"name": name, "tag": unknown, "id": unknown, "digest": unknown, "labels": {}}
+        return image | {"manifest": unknown, "lock": unknown}, fp.versions_unknown(exc.one_line())
     image = {
         "name": name,
         "tag": manifest.tag,

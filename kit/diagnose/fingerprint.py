@@ -1,4 +1,4 @@
-"""A fingerprint: what decides a start-up on one machine, as plain JSON data. Pure.
+"""A fingerprint: what decides a start-up on one machine, as plain JSON data.
 
     image     manifest name, tag, id, registry digest, labels, the lock (/opt/kit/lock.txt)
     versions  SGLang, torch, NCCL, CUDA, flashinfer, sglang-kernel, Python (and where they were read)
@@ -10,8 +10,11 @@
 
     kit       the kit's version (it decides argv translation and verdict rules)
 
-A field the kit could not read is `{"unknown": "why"}`; nothing is guessed. The facts are gathered
-by kit/diagnose/facts.py (Docker, NVML, the host); this module only shapes and compares them.
+A field the kit could not read is `{"unknown": "why"}`; nothing is guessed. Every section has the
+same keys whatever ran the server. `build(source, limits)` is the one way a fingerprint is made: it
+asks a FactSource (kit/diagnose/fact_sources.py: a container, a replay, a host process, a pasted
+log) the same questions and shapes the answers; the facts are read there (kit/diagnose/facts.py:
+Docker, NVML, the host's tools; kit/diagnose/hostenv.py: a process). This module reads nothing.
 
 `diff(a, b)` lists differences with the likely suspects first (versions, GPUs, P2P and topology,
 environment, argv, overrides), then the rest; equal fields are counted, not listed.
@@ -45,6 +48,15 @@ def is_unknown(value: Any) -> bool:
 def known(value: Any) -> Any | None:
     """The value, or None when it is an unknown marker (or absent)."""
     return None if value is None or is_unknown(value) else value
+
+
+# Every fingerprint's host section has these keys, whatever its source (unknown where not read).
+HOST_KEYS = ("kernel", "os", "arch", "cpus", "memory_gib", "cgroup", "docker_engine", "docker_api", "compose")
+
+
+def host_unknown(why: str) -> dict:
+    """A host section of a source that ran on no host the kit could read (a replay, a pasted log)."""
+    return {k: unknown(why) for k in HOST_KEYS}
 
 
 # -- versions -----------------------------------------------------------------------------------
