@@ -5,6 +5,7 @@ kit.diagnose.fingerprint.FactSource, and fingerprint.build makes every fingerpri
     ReplayFacts        a replayed scenario: the catalog's launch and its fake GPUs, no host ran it
     HostProcessFacts   a server running as host processes (kit watch --pid/--unit, kit bundle --pid)
     PastedLogFacts     a pasted log (kit bundle create --from-log): the target's launch, nothing ran
+    HereFacts          this machine and a launch about to start on a local image (kit repro's diff)
 
     facts_of_run(source, spec, host=)   the adapter for what kit up / kit watch followed
 
@@ -325,3 +326,33 @@ class PastedLogFacts:
 
     def raw_launch(self) -> tuple[dict[str, str], list[str]]:
         return {}, []
+
+
+class HereFacts:
+    """This machine and a launch about to start on a local image (kit repro's side of the diff): the
+    image by tag or id, its lock read without starting it, the catalog's launch with the variables
+    set here named (their values never read)."""
+
+    absent = None
+    by = "kit repro"
+
+    def __init__(self, spec: LaunchSpec, image_ref: str, *, tag: str | None, present: dict[str, str]):
+        self.spec, self.image_ref, self.tag, self.present = spec, image_ref, tag, present
+
+    def image(self) -> tuple[dict, dict, str | None]:
+        return facts.image_facts_of_ref(self.image_ref, self.spec.image, tag=self.tag)
+
+    def host(self) -> dict:
+        return facts.host_facts()
+
+    def nvidia(self) -> dict:
+        return facts.nvidia_facts()
+
+    def launch(self) -> fp.Launch:
+        return facts.spec_launch(self.spec, self.present, "kit repro")
+
+    def process(self) -> None:
+        return None
+
+    def raw_launch(self) -> tuple[dict[str, str], list[str]]:
+        return dict(self.spec.env), list(self.spec.argv)

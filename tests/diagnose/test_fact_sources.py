@@ -22,6 +22,7 @@ import kit
 from kit.diagnose import fingerprint as fp
 from kit.diagnose.fact_sources import (
     ContainerFacts,
+    HereFacts,
     HostProcessFacts,
     HostServer,
     PastedLogFacts,
@@ -95,8 +96,9 @@ def test_the_replay_the_pasted_log_and_a_host_process_answer_in_one_shape(host_p
 
 
 @pytest.mark.docker
-def test_a_container_answers_in_the_same_shape(built_image, new_servers):
-    """A real container of the rehearsal image (only `sleep`: its image, lock, settings are read)."""
+def test_a_container_and_kit_repros_here_answer_in_the_same_shape(built_image, new_servers):
+    """A real container of the rehearsal image (only `sleep`: its image, lock, settings are read), and
+    kit repro's side of the diff for the same image (its lock read without starting it)."""
     from kit.runtime.engine import client
     from kit.runtime.server import RUN_LABELS
 
@@ -109,9 +111,15 @@ def test_a_container_answers_in_the_same_shape(built_image, new_servers):
     try:
         built = fp.build(ContainerFacts(container, spec, gpus=None, by="test"), limits)
         replay = fp.build(ReplayFacts(spec, gpus=None, scenario="s1"), limits)
+        here = fp.build(HereFacts(spec, spec.image_ref, tag=None, present={"HF_TOKEN": "<set here>"}), limits)
     finally:
         container.remove(force=True)
-    assert _shape(_no_error(built.fingerprint)) == _shape(replay.fingerprint)
+    assert (
+        _shape(_no_error(built.fingerprint))
+        == _shape(replay.fingerprint)
+        == _shape(_no_error(here.fingerprint))
+    )
+    assert here.lock == built.lock  # one image: the same lock, read from it and from inside the container
     assert built.lock and built.fingerprint["image"]["lock"]["count"] > 0  # read from inside it
     assert built.raw_argv == ["sleep", "60"] and built.raw_env["A"] == "1"
     assert built.fingerprint["launch"]["catalog_argv"]  # it did not run the catalog's launch
