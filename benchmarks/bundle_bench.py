@@ -83,7 +83,8 @@ def lock_text(packages: int = 150) -> str:
 
 def make_run(cache: Path, lines: int) -> tuple[Path, Path, float]:
     """(the runs folder, the log file, seconds to make them)."""
-    from kit.diagnose import facts
+    from kit.diagnose.fact_sources import ReplayFacts
+    from kit.diagnose.fingerprint import build
     from kit.diagnose.record import result_from_analysis, write_run_folder
     from kit.diagnose.redact import Redactor
     from kit.launch import resolve
@@ -106,7 +107,7 @@ def make_run(cache: Path, lines: int) -> tuple[Path, Path, float]:
     gpus = open_nvml(
         FakeNvml.of(4, name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition", capability=(12, 0))
     )
-    fingerprint = facts.fingerprint_of_replay(spec, limits, gpus=gpus, scenario="bundle_bench")
+    fingerprint = build(ReplayFacts(spec, gpus=gpus, scenario="bundle_bench"), limits).fingerprint
     folder = cache / "runs" / "bench0001"
     stacks = {f"TP{r}": stack(r, waiting=r != 3) for r in range(8)}
     redactor = Redactor.for_launch(argv=["--api-key", API_KEY])

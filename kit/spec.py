@@ -12,8 +12,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.errors import InputError
-
 PHASES = ("init", "load", "memory", "capture", "warmup")
 # The longest a phase deadline, stall window, budget or timeout may be: one bound for the catalog,
 # the CLI and the limits parser (a larger value, inf or nan, is a typo, not a plan).
@@ -93,15 +91,3 @@ def client_host(address: str) -> str:
     if ip.is_loopback or ip.is_unspecified:
         return "127.0.0.1" if ip.version == 4 or ip.is_unspecified else "[::1]"
     return f"[{address}]" if ip.version == 6 else address
-
-
-def check_exposure(spec: LaunchSpec) -> None:
-    """Refuse a server published beyond this machine without an API key (InputError naming the fix)."""
-    if spec.api_key_env or is_loopback(spec.publish_address):
-        return
-    raise InputError(
-        "container.publish_address",
-        f"{spec.publish_address} publishes {spec.target} beyond this machine without an API key",
-        "name the variable that holds the key: --set container.api_key_env=KIT_API_KEY "
-        "(and export KIT_API_KEY), or publish on 127.0.0.1",
-    )

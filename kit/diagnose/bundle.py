@@ -285,11 +285,6 @@ def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def verdict_at(result: Mapping[str, Any]) -> float | None:
-    ends = [float(s["start_s"]) + float(s["elapsed_s"]) for s in result.get("timeline") or []]
-    return max(ends) if ends else None
-
-
 def build_members(bundle: BundleInput, redactor: Redactor) -> dict[str, bytes]:
     """Every member's bytes, masked; bundle.json last, with each other member's checksum."""
     name = safe_stem(bundle.name)
@@ -324,7 +319,7 @@ def build_members(bundle: BundleInput, redactor: Redactor) -> dict[str, bytes]:
         "log/server.log": log.encode("utf-8", "replace"),
     }
     title = f"{result.get('target')} on {result.get('image')}: {headline(result)}"
-    svg = svg_of_result(result, title=title, verdict=headline(result), verdict_at_s=verdict_at(result))
+    svg = svg_of_result(result, title=title, verdict=headline(result))
     members["startup.svg"] = redactor.text(svg).encode("utf-8")
     for rank, lines in sorted(rank_tails(log).items()):
         members[f"log/tails/{rank_file(rank)}"] = ("\n".join(lines) + "\n").encode("utf-8", "replace")

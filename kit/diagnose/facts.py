@@ -12,10 +12,8 @@ import io
 import os
 import tarfile
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-import kit
 from kit.diagnose import fingerprint as fp
 from kit.errors import KitError
 from kit.images.lock import LOCK_PATH, parse_lock
@@ -32,20 +30,6 @@ from kit.runtime.host import (
 from kit.runtime.nvml import GpuInventory, NvmlGpus, nvml_missing, open_nvml, read_inventory
 from kit.spec import LaunchSpec
 
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def made(by: str) -> dict:
-    return {"by": by, "at": now_iso()}
-
-
-def kit_section() -> dict:
-    """The kit that made the fingerprint: its version decides argv translation and verdict rules."""
-    return {"version": kit.__version__}
-
-
 # -- host ----------------------------------------------------------------------------------------
 
 
@@ -54,8 +38,7 @@ def host_section(engine: EngineFacts, tools: ToolFacts) -> dict:
     compose = tools.compose_version or fp.unknown(tools.compose_why or "no answer")
     if not engine.answered:
         why = f"the Docker engine did not answer ({engine.error})"
-        keys = ("kernel", "os", "arch", "cpus", "memory_gib", "docker_engine", "docker_api")
-        return {k: fp.unknown(why) for k in keys} | {"compose": compose}
+        return fp.host_unknown(why) | {"compose": compose}
     memory = round((engine.memory_bytes or 0) / (1 << 30), 1)
     return {
         "kernel": engine.kernel or fp.unknown("not reported"),
@@ -297,6 +280,15 @@ def image_facts_of_container(container: Any, name: str) -> tuple[dict, dict, str
     return section, versions, lock
 
 
+def image_defaults(container: Any) -> tuple[list[str] | None, dict | None]:
+    """(environment, labels) the container's image sets: what the container did not choose itself."""
+    image, _ = _docker_image(container.attrs.get("Image") or "")
+    if image is None:
+        return None, None
+    config = image.attrs.get("Config") or {}
+    return config.get("Env"), config.get("Labels")
+
+
 def image_facts_of_ref(ref: str, name: str, *, tag: str | None = None) -> tuple[dict, dict, str | None]:
     """A local image by tag or id, its lock read without starting it (kit repro's side of a diff)."""
     from kit.images.inspect import read_file
@@ -332,13 +324,8 @@ def image_facts_of_manifest(name: str | None, why: str) -> tuple[dict, dict]:
         manifest = load_manifest(name)
     except KitError as exc:
         unknown = fp.unknown(exc.one_line())
-        return {
-            "name": name,
-            "tag": unknown,
-            "id": unknown,
-            "digest": unknown,
-            "labels": {},
-        }, fp.versions_unknown(exc.one_line())
+        image = {"name": name, "tag": unknown, "id": unknown, "digest": unknown, "labels": {}}
+        return image | {"manifest": unknown, "lock": unknown}, fp.versions_unknown(exc.one_line())
     image = {
         "name": name,
         "tag": manifest.tag,
@@ -420,157 +407,16 @@ def catalog_fields(spec: LaunchSpec) -> dict:
     }
 
 
-def launch_of_container(
-    container: Any,
-    spec: LaunchSpec,
-    limits: Any,
-    image_env: list[str] | None,
-    image_labels: Mapping[str, str] | None = None,
-) -> dict:
-    """The launch as the container really ran it: its command and environment, not the catalog's."""
-    attrs = container.attrs
-    config = attrs.get("Config") or {}
-    command = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-    defaults = env_list(image_env)
-    env = {k: v for k, v in env_list(config.get("Env")).items() if defaults.get(k) != v}
-    ours = list(spec.argv)
-    if command[-len(ours) :] == ours:
-        argv, argv_from = (
-            ours,
-            f"container {container.name}'s command (the catalog's launch of {spec.target})",
-        )
-    else:
-        argv = command
-        argv_from = f"container {container.name}'s command (not the catalog's launch of {spec.target})"
-    return fp.launch_section(
-        **catalog_fields(spec),
-        argv=argv,
-        env=env,
-        container=container_settings(attrs, image_labels),
-        limits=fp.limits_data(limits),
+def spec_launch(spec: LaunchSpec, runtime_env: Mapping[str, str], argv_from: str) -> fp.Launch:
+    """The catalog's launch of SPEC, for launches with no container to inspect (a replay, kit repro)."""
+    return fp.Launch(
+        catalog_fields(spec),
+        argv=list(spec.argv),
+        env={**spec.env, **runtime_env},
+        settings=spec_settings(spec),
         argv_from=argv_from,
-        catalog_argv=None if argv == ours else ours,
     )
 
 
 def launch_of_spec(spec: LaunchSpec, limits: Any, runtime_env: Mapping[str, str], argv_from: str) -> dict:
-    return fp.launch_section(
-        **catalog_fields(spec),
-        argv=list(spec.argv),
-        env={**spec.env, **runtime_env},
-        container=spec_settings(spec),
-        limits=fp.limits_data(limits) if limits is not None else fp.unknown("no limits were applied"),
-        argv_from=argv_from,
-    )
-
-
-# -- whole fingerprints --------------------------------------------------------------------------
-
-
-def fingerprint_of_container(
-    container: Any, spec: LaunchSpec, limits: Any, *, gpus: NvmlGpus | None, by: str
-) -> tuple[dict, str | None]:
-    """(fingerprint, lock text) of a server container and the host it runs on."""
-    image, versions, lock = image_facts_of_container(container, spec.image)
-    image_env, image_labels = None, None
-    docker_image, _ = _docker_image(container.attrs.get("Image") or "")
-    if docker_image is not None:
-        image_env = (docker_image.attrs.get("Config") or {}).get("Env")
-        image_labels = (docker_image.attrs.get("Config") or {}).get("Labels")
-    return (
-        {
-            "format": fp.FORMAT,
-            "kit": kit_section(),
-            "made": made(by),
-            "image": image,
-            "versions": versions,
-            "host": host_facts(),
-            "nvidia": nvidia_facts(gpus),
-            "launch": launch_of_container(container, spec, limits, image_env, image_labels),
-        },
-        lock,
-    )
-
-
-def fingerprint_of_replay(spec: LaunchSpec, limits: Any, *, gpus: NvmlGpus | None, scenario: str) -> dict:
-    """A replayed scenario: the launch and its (fake) GPUs are known; no image or host ran it."""
-    why = f"a replayed scenario ({scenario}): no container ran"
-    image, versions = image_facts_of_manifest(spec.image, why)
-    host_why = f"a replayed scenario ({scenario}): no host ran it"
-    return {
-        "format": fp.FORMAT,
-        "kit": kit_section(),
-        "made": made(f"scenario replay {scenario}"),
-        "image": image,
-        "versions": versions,
-        "host": {k: fp.unknown(host_why) for k in ("kernel", "os", "docker_engine", "compose")},
-        "nvidia": fp.nvidia_section(
-            inventory := gpus.inventory() if gpus is not None else None,
-            p2p=gpus.p2p_matrix() if gpus is not None else None,
-            topology=gpus.topology() if gpus is not None else None,
-            toolkit=fp.unknown(host_why),
-            runtimes=fp.unknown(host_why),
-            cdi=fp.unknown(host_why),
-            smi_topo=fp.unknown(host_why),
-            why_no_nvml=None if gpus is not None else f"{host_why}; it has no GPUs",
-        )
-        | {"lost_gpus": lost_section(inventory)},
-        "launch": launch_of_spec(spec, limits, {}, f"the catalog's launch of {spec.target} (replayed)"),
-    }
-
-
-def fingerprint_of_log(target: str, image: str | None, nccl_from_log: str | None) -> dict:
-    """A pasted log: the target's catalog launch is known, what ran it is not."""
-    from kit.launch import resolve
-
-    why = "made from a pasted log: the machine and container that wrote it were not inspected"
-    image_section, versions = image_facts_of_manifest(
-        image, why if image else "made from a pasted log without --image: the image is not known"
-    )
-    if nccl_from_log:
-        versions["nccl"] = f"{nccl_from_log} (from the log)"
-    spec = resolve(target, image=image)
-    if image is None:
-        image_section["name"] = fp.unknown(f"not given; {target}'s own image is {spec.image}")
-    unknown = fp.unknown(why)
-    launch = fp.launch_section(
-        target=target,
-        profile=spec.profile,
-        model=spec.model,
-        dialect=spec.dialect,
-        device=spec.device,
-        ranks=spec.ranks,
-        overrides=unknown,
-        argv=unknown,
-        env=unknown,
-        container=unknown,
-        limits=fp.limits_data(_limits(spec)),
-        argv_from=why,
-        port=spec.port,
-        catalog_argv=list(spec.argv),
-    )
-    return {
-        "format": fp.FORMAT,
-        "kit": kit_section(),
-        "made": made("kit bundle create --from-log"),
-        "image": image_section,
-        "versions": versions,
-        "host": {k: unknown for k in ("kernel", "os", "docker_engine", "compose")},
-        "nvidia": fp.nvidia_section(
-            None,
-            p2p=None,
-            topology=None,
-            toolkit=unknown,
-            runtimes=unknown,
-            cdi=unknown,
-            smi_topo=unknown,
-            why_no_nvml=why,
-        ),
-        "launch": launch,
-    }
-
-
-def _limits(spec: LaunchSpec) -> Any:
-    from kit.logs.limits import limits_from_spec
-
-    return limits_from_spec(spec)
+    return fp.launch_of(spec_launch(spec, runtime_env, argv_from), limits)

@@ -1,4 +1,4 @@
-"""A fingerprint: what decides a start-up on one machine, as plain JSON data. Pure.
+"""A fingerprint: what decides a start-up on one machine, as plain JSON data.
 
     image     manifest name, tag, id, registry digest, labels, the lock (/opt/kit/lock.txt)
     versions  SGLang, torch, NCCL, CUDA, flashinfer, sglang-kernel, Python (and where they were read)
@@ -10,8 +10,11 @@
 
     kit       the kit's version (it decides argv translation and verdict rules)
 
-A field the kit could not read is `{"unknown": "why"}`; nothing is guessed. The facts are gathered
-by kit/diagnose/facts.py (Docker, NVML, the host); this module only shapes and compares them.
+A field the kit could not read is `{"unknown": "why"}`; nothing is guessed. Every section has the
+same keys whatever ran the server. `build(source, limits)` is the one way a fingerprint is made: it
+asks a FactSource (kit/diagnose/fact_sources.py: a container, a replay, a host process, a pasted
+log) the same questions and shapes the answers; the facts are read there (kit/diagnose/facts.py:
+Docker, NVML, the host's tools; kit/diagnose/hostenv.py: a process). This module reads nothing.
 
 `diff(a, b)` lists differences with the likely suspects first (versions, GPUs, P2P and topology,
 environment, argv, overrides), then the rest; equal fields are counted, not listed.
@@ -24,7 +27,8 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from kit.diagnose.redact import MASK, mask_argv, split_env
 from kit.images.lock import Package, normalize
@@ -44,6 +48,15 @@ def is_unknown(value: Any) -> bool:
 def known(value: Any) -> Any | None:
     """The value, or None when it is an unknown marker (or absent)."""
     return None if value is None or is_unknown(value) else value
+
+
+# Every fingerprint's host section has these keys, whatever its source (unknown where not read).
+HOST_KEYS = ("kernel", "os", "arch", "cpus", "memory_gib", "cgroup", "docker_engine", "docker_api", "compose")
+
+
+def host_unknown(why: str) -> dict:
+    """A host section of a source that ran on no host the kit could read (a replay, a pasted log)."""
+    return {k: unknown(why) for k in HOST_KEYS}
 
 
 # -- versions -----------------------------------------------------------------------------------
@@ -186,7 +199,9 @@ def limits_data(limits: Any) -> dict:
     from kit.output import jsonable
 
     data = jsonable(limits)
-    data["cpu_counts_in"] = sorted(data.get("cpu_counts_in") or [])
+    for name in ("cpu_counts_in", "compile_counts_in"):  # sets: sorted, or their order changes per process
+        if name in data:
+            data[name] = sorted(data[name] or [])
     return data
 
 
@@ -263,6 +278,124 @@ def launch_section(
     if catalog_argv is not None:
         section["catalog_argv"] = mask_argv(list(catalog_argv))[0]
     return section
+
+
+# -- one builder: a source's facts -> the fingerprint ---------------------------------------------
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def made(by: str) -> dict:
+    return {"by": by, "at": now_iso()}
+
+
+def kit_section() -> dict:
+    """The kit that made the fingerprint: its version decides argv translation and verdict rules."""
+    import kit
+
+    return {"version": kit.__version__}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A source's answer about its launch, unmasked: launch_section masks it."""
+
+    catalog: Mapping[str, Any]  # target, profile, model, dialect, device, ranks, overrides, port
+    argv: Sequence[str] | Unknown
+    env: Mapping[str, str] | Unknown
+    settings: dict | Unknown  # the container's settings (a host process's pid, unit and restart)
+    argv_from: str
+    catalog_argv: Sequence[str] | None = None  # the catalog's argv, where another one ran
+
+
+class FactSource(Protocol):
+    """The questions the builder asks of what ran a server. kit/diagnose/fact_sources.py answers
+    them for a container, a replayed scenario, a host process and a pasted log; each answer is a
+    section (or {"unknown": why}), and a reader may raise KitError or OSError (the engine or the
+    process went away): the fingerprint then says so."""
+
+    by: str  # who made the fingerprint: "kit up", "kit watch (host)", ...
+
+    @property
+    def absent(self) -> str | None:
+        """Why there is nothing to read at all (a host server's process is gone), else None."""
+        ...
+
+    def image(self) -> tuple[dict, dict, str | None]:
+        """(image section, versions section, the lock's text or None)."""
+        ...
+
+    def host(self) -> dict: ...
+
+    def nvidia(self) -> dict: ...
+
+    def launch(self) -> Launch: ...
+
+    def process(self) -> dict | None:
+        """What only a host process has (interpreter, unit, its whole environment, masked), else None."""
+        ...
+
+    def raw_launch(self) -> tuple[dict[str, str], list[str]]:
+        """The unmasked environment and argv, for the Redactor only; never raises."""
+        ...
+
+
+@dataclass(frozen=True)
+class Built:
+    """A fingerprint, the lock text beside it (lock.txt), and what the Redactor must mask."""
+
+    fingerprint: dict
+    lock: str | None
+    raw_env: dict[str, str]
+    raw_argv: list[str]
+
+
+def failed(by: str, why: str) -> dict:
+    """The fingerprint of a source that could not be read."""
+    return {"format": FORMAT, "made": made(by), "error": unknown(why)}
+
+
+def build(source: FactSource, limits: Any) -> Built:
+    """The fingerprint of SOURCE, the one way every fingerprint of a start-up is made."""
+    from kit.errors import KitError
+
+    raw_env, raw_argv = source.raw_launch()
+    if source.absent is not None:
+        return Built(failed(source.by, source.absent), None, raw_env, raw_argv)
+    try:
+        image, versions, lock = source.image()
+        fingerprint = {
+            "format": FORMAT,
+            "kit": kit_section(),
+            "made": made(source.by),
+            "image": image,
+            "versions": versions,
+            "host": source.host(),
+            "nvidia": source.nvidia(),
+            "launch": launch_of(source.launch(), limits),
+        }
+        process = source.process()
+    except (KitError, OSError) as exc:  # the engine or the process went away between the verdict and now
+        why = exc.one_line() if isinstance(exc, KitError) else str(exc)
+        return Built(failed(source.by, why), None, raw_env, raw_argv)
+    if process is not None:
+        fingerprint["process"] = process
+    return Built(fingerprint, lock, raw_env, raw_argv)
+
+
+def launch_of(launch: Launch, limits: Any) -> dict:
+    """The launch section: the source's answer, masked, with the limits the verdict was reached under."""
+    return launch_section(
+        **launch.catalog,
+        argv=launch.argv,
+        env=launch.env,
+        container=launch.settings,
+        limits=limits_data(limits) if limits is not None else unknown("no limits were applied"),
+        argv_from=launch.argv_from,
+        catalog_argv=launch.catalog_argv,
+    )
 
 
 # -- comparing -----------------------------------------------------------------------------------

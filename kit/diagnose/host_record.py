@@ -1,7 +1,7 @@
 """Bundles of servers that run as host processes, with `kit bundle create --pid N | --unit NAME`
 (the end of `kit watch --pid/--unit` is record.record_run(host=...)). The same runs folder and
-bundle as for a container (kit/diagnose/record.py), with the host environment's fingerprint
-(kit/diagnose/hostenv.py) and the environment's package list as the lock.
+bundle as for a container (kit/diagnose/record.py), with the host process's fingerprint
+(kit/diagnose/fact_sources.py, HostProcessFacts) and the environment's package list as the lock.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit.diagnose import fingerprint as fp
 from kit.diagnose import hostenv
 from kit.diagnose.bundle import safe_stem
+from kit.diagnose.fact_sources import HostProcessFacts
 from kit.diagnose.record import (
     bundle_from_run,
     bundle_name,
@@ -120,17 +122,16 @@ def bundle_of_host(
             result["missing"] = missing
             result["notes"] = [*result.get("notes", []), *(f"missing: {m}" for m in missing)]
         by = f"kit bundle create {'--pid ' + str(pid) if pid is not None else '--unit ' + str(unit)}"
-        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(  # finds the launcher itself
-            given if given is not None else main, spec, limits, unit=unit, gpus=None, by=by
-        )
+        facts = HostProcessFacts(given if given is not None else main, spec, unit=unit, gpus=None, by=by)
+        built = fp.build(facts, limits)  # the facts find the launcher under the pid themselves
     finally:
         source.close()
-    redactor = Redactor.for_launch(raw_env, raw_argv, machine_env=os.environ)
+    redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
     stem = safe_stem(f"host-{unit or 'pid'}-{main or pid}")
     folder = runs_dir() / f"{stem}-snapshot"
     result["diagnostics"] = str(folder)
     texts = {r: s.text for r, s in stacks.items()}
-    write_run_folder(folder, text, texts, result, fingerprint, hostenv.lock_text(fingerprint), redactor)
+    write_run_folder(folder, text, texts, result, built.fingerprint, built.lock, redactor)
     name = bundle_name(target or "host", stem, result["verdict"])
     return bundle_from_run(folder, out or default_path(name), redactor=redactor)
 

@@ -1,8 +1,8 @@
-"""The fingerprint of a server running as host processes: the Python environment that actually ran
-it, its argv and environment, its unit, the host and the GPUs.
+"""Reads what a fingerprint of a server running as host processes holds: the Python environment
+that actually ran it, its argv and environment, its unit and the machine. The fingerprint itself is
+made by kit/diagnose/fact_sources.py (HostProcessFacts) with the one builder, fingerprint.build.
 
     env = read_python_env(pid)                 # interpreter, site-packages, every installed version
-    fingerprint_of_process(pid, ...)           # the same sections as a container's fingerprint
 
 Versions are read from the interpreter's site-packages metadata (`*.dist-info/METADATA`), never by
 importing anything in it: a CUDA import in a colleague's environment could hang or grab a GPU.
@@ -28,13 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kit.diagnose import facts
 from kit.diagnose import fingerprint as fp
-from kit.diagnose.redact import split_env
 from kit.images.lock import Package, normalize
 from kit.runtime import processes as procs
 from kit.runtime.compile_cache import ENV as COMPILE_CACHE_ENV
-from kit.runtime.host import MachineFacts, read_machine
+from kit.runtime.host import MachineFacts
 
 # -- pure: reading what /proc and the metadata files say ----------------------------------------
 
@@ -308,85 +306,7 @@ def started_iso(pid: int) -> str | None:
         return None
 
 
-def fingerprint_of_process(
-    pid: int,
-    spec: Any | None,
-    limits: Any,
-    *,
-    unit: str | None = None,
-    gpus: Any | None = None,
-    by: str,
-) -> tuple[dict, dict[str, str], list[str]]:
-    """(fingerprint, the raw environment, the raw argv) of a host process and the host it runs on.
-
-    The raw environment and argv are for the Redactor only: they never enter the fingerprint unmasked.
-    A PID that wraps the server (docker-init, tini, a shell, uv run, conda run) is followed down to
-    the SGLang launcher under it: its argv, environment and interpreter (so its versions)."""
-    given = pid
-    pid = procs.find_launcher(given) or given
-    argv = procs.read_cmdline(pid) or []
-    env = procs.read_environ(pid)
-    python = read_python_env(pid)
-    unit = unit or procs.unit_of(pid)
-    why_env = f"the environment of pid {pid} cannot be read (another user's process: run as root)"
-    raw_env = env or {}
-    lock = (
-        {
-            "from": python.source,
-            "count": len(python.packages),
-            "packages": {k: p.version for k, p in sorted(python.packages.items())},
-        }
-        if python.packages
-        else fp.unknown(python.why_none or "no metadata")
-    )
-    no_image = fp.unknown(f"a host process (pid {pid}): no kit image ran it")
-    image = {
-        "name": no_image,
-        "tag": no_image,
-        "id": no_image,
-        "digest": no_image,
-        "labels": {},
-        "manifest": no_image,
-        "lock": lock,
-    }
-    facts_of_argv = launch_facts(argv)
-    catalog = {**_catalog_fields(spec, facts_of_argv), "dialect": _dialect_of(python, pid)}
-    masked_env = split_env(env)[0] if env is not None else fp.unknown(why_env)
-    process = {
-        "pid": pid,
-        "given_pid": given,  # the PID asked for; `pid` is the SGLang launcher under it (or the same)
-        "exe": python.exe or fp.unknown("/proc/PID/exe is not readable"),
-        "python": python.python or fp.unknown("not readable"),
-        "site_packages": list(python.site_packages),
-        "started": started_iso(pid) or fp.unknown("not readable"),
-        "stdout": procs.stdout_target(pid) or fp.unknown("not readable"),
-        "env": dict(sorted(masked_env.items())) if isinstance(masked_env, dict) else masked_env,
-        **unit_facts(unit),
-    }
-    launch = fp.launch_section(
-        **catalog,
-        argv=argv or fp.unknown(f"/proc/{pid}/cmdline is not readable"),
-        env=launch_env(env) if env is not None else fp.unknown(why_env),
-        container={"kind": "host process", "pid": pid, "unit": unit, "restart_policy": process["restart"]},
-        limits=fp.limits_data(limits),
-        argv_from=f"/proc/{pid}/cmdline (a host process)",
-        catalog_argv=list(spec.argv) if spec is not None else None,
-    )
-    fingerprint = {
-        "format": fp.FORMAT,
-        "kit": facts.kit_section(),
-        "made": facts.made(by),
-        "image": image,
-        "versions": versions_of(python),
-        "host": machine_section(read_machine()),
-        "nvidia": facts.nvidia_facts(gpus),
-        "launch": launch,
-        "process": process,
-    }
-    return fingerprint, raw_env, argv
-
-
-def _dialect_of(python: PythonEnv, pid: int) -> Any:
+def dialect_of(python: PythonEnv, pid: int) -> Any:
     """The dialect of the release the process runs, or unknown: never the one a target assumes."""
     from kit.dialects import dialect_for
     from kit.errors import KitError
@@ -399,40 +319,6 @@ def _dialect_of(python: PythonEnv, pid: int) -> Any:
         return dialect_for(package.version).name
     except KitError as exc:  # a release no dialect covers (or several)
         return fp.unknown(f"no dialect covers sglang {package.version} ({exc})")
-
-
-def fingerprint_of_host(
-    pid: int | None, spec: Any | None, limits: Any, *, unit: str | None, gpus: Any | None, by: str
-) -> tuple[dict, dict[str, str], list[str]]:
-    """`fingerprint_of_process`, or one that says why there is none once the main process is gone."""
-    if pid is None:
-        why = f"the server's main process was gone when the bundle was made ({unit or 'no unit'})"
-        return {"format": fp.FORMAT, "made": facts.made(by), "error": fp.unknown(why)}, {}, []
-    return fingerprint_of_process(pid, spec, limits, unit=unit, gpus=gpus, by=by)
-
-
-def lock_text(fingerprint: Mapping[str, Any]) -> str | None:
-    """The environment's packages as `pip freeze` lines (the bundle's lock.txt)."""
-    lock = (fingerprint.get("image") or {}).get("lock")
-    if not isinstance(lock, dict) or not isinstance(lock.get("packages"), dict):
-        return None
-    return "".join(f"{name}=={version}\n" for name, version in sorted(lock["packages"].items()))
-
-
-def _catalog_fields(spec: Any | None, argv_facts: LaunchFacts) -> dict:
-    if spec is not None:
-        return facts.catalog_fields(spec)  # the same section as a container's bundle
-    why = "no --target was given for this host process"
-    return {
-        "target": fp.unknown(why),
-        "profile": fp.unknown(why),
-        "model": argv_facts.model or fp.unknown(why),
-        "dialect": fp.unknown(why),
-        "device": argv_facts.device,
-        "ranks": fp.unknown(why),
-        "overrides": [],
-        "port": argv_facts.port,
-    }
 
 
 def infer_target(argv: Sequence[str]) -> str | None:

@@ -42,16 +42,20 @@ def _rank_order(rank: str) -> tuple[int, str]:
     return ({"launch": 0, "main": 1}.get(rank, 2), rank)
 
 
-def svg_of_result(
-    result: Mapping[str, Any], *, title: str, verdict: str, verdict_at_s: float | None = None
-) -> str:
+def verdict_at(result: Mapping[str, Any]) -> float | None:
+    """When the verdict came: the end of the timeline's last span (None without a timeline)."""
+    ends = [float(s["start_s"]) + float(s["elapsed_s"]) for s in result.get("timeline") or []]
+    return max(ends) if ends else None
+
+
+def svg_of_result(result: Mapping[str, Any], *, title: str, verdict: str) -> str:
     """startup_svg with everything a result (UpResult as JSON) holds for the picture."""
     serving = result.get("serving") or {}
     return startup_svg(
         result.get("timeline") or [],
         title=title,
         verdict=verdict,
-        verdict_at_s=verdict_at_s,
+        verdict_at_s=verdict_at(result),
         activity=result.get("activity_series") or (),
         probes=serving.get("probe_points") or (),
         never_seen=result.get("never_seen_ranks") or (),

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from kit import paths
-from kit.diagnose import facts, hostenv
 from kit.diagnose import fingerprint as fp
 from kit.diagnose.bundle import (
     OFFLINE,
@@ -35,9 +34,9 @@ from kit.diagnose.bundle import (
     build_members,
     rank_file,
     safe_stem,
-    verdict_at,
     write_bundle,
 )
+from kit.diagnose.fact_sources import ContainerFacts, HostServer, PastedLogFacts, facts_of_run
 from kit.diagnose.picture import svg_of_result
 from kit.diagnose.redact import Redactor
 from kit.errors import InputError, KitError
@@ -78,15 +77,6 @@ class Recorded:
 # -- the end of kit up / kit watch ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HostServer:
-    """A server that runs as host processes (kit watch --pid/--unit): its main pid (None once it is
-    gone) and its systemd unit."""
-
-    pid: int | None
-    unit: str | None = None
-
-
 def record_run(
     session: str,
     source: Any,
@@ -106,55 +96,15 @@ def record_run(
     folder = runs_dir() / session
     target_path = default_path(bundle_name(target, session, str(result.get("verdict"))))
     result = {**result, "diagnostics": str(folder), "bundle": str(target_path)}
-    if host is None:
-        fingerprint, lock, raw_env, raw_argv = _fingerprint_of_source(source, spec, limits)
-    else:
-        fingerprint, lock, raw_env, raw_argv = _fingerprint_of_host(source, spec, limits, host)
-    redactor = Redactor.for_launch(raw_env, raw_argv, machine_env=os.environ)
+    built = fp.build(facts_of_run(source, spec, host=host), limits)
+    redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
     texts = {rank: stack.text for rank, stack in stacks.items()}
-    write_run_folder(folder, source.log_text(), texts, result, fingerprint, lock, redactor)
+    write_run_folder(folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor)
     try:
         return Recorded(folder, bundle_from_run(folder, target_path, redactor=redactor))
     except (KitError, OSError) as exc:
         why = exc.one_line() if isinstance(exc, KitError) else str(exc)
         return Recorded(folder, None, f"could not write a bundle: {why}")
-
-
-_Fingerprinted = tuple[dict, str | None, dict[str, str], list[str]]  # fingerprint, lock, raw env, raw argv
-
-
-def _fingerprint_of_source(source: Any, spec: LaunchSpec, limits: Any) -> _Fingerprinted:
-    """A container's fingerprint (kit up, kit watch CONTAINER), or a replay's (no container)."""
-    container = getattr(source, "container", None)  # DockerSource; a replay has none
-    gpus = getattr(source, "gpus", None)  # both carry their NVML adapter (a fake one in replays)
-    try:
-        if container is not None:
-            labels = container.attrs.get("Config", {}).get("Labels") or {}
-            by = "kit up" if "io.kit.session" in labels else "kit watch"
-            fingerprint, lock = facts.fingerprint_of_container(container, spec, limits, gpus=gpus, by=by)
-            config = container.attrs.get("Config") or {}
-            raw_env = facts.env_list(config.get("Env"))
-            raw_argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-            return fingerprint, lock, raw_env, raw_argv
-        fingerprint = facts.fingerprint_of_replay(spec, limits, gpus=gpus, scenario=source.name)
-        return fingerprint, None, dict(spec.env), list(spec.argv)
-    except KitError as exc:  # the engine went away between the verdict and now
-        fingerprint = {"format": fp.FORMAT, "made": facts.made("kit up"), "error": fp.unknown(exc.one_line())}
-        return fingerprint, None, dict(spec.env), list(spec.argv)
-
-
-def _fingerprint_of_host(
-    source: Any, spec: LaunchSpec | None, limits: Any, host: HostServer
-) -> _Fingerprinted:
-    """A host process's fingerprint, with the environment's packages as the lock."""
-    try:
-        fingerprint, raw_env, raw_argv = hostenv.fingerprint_of_host(
-            host.pid, spec, limits, unit=host.unit, gpus=getattr(source, "gpus", None), by="kit watch (host)"
-        )
-    except (KitError, OSError) as exc:
-        why = exc.one_line() if isinstance(exc, KitError) else str(exc)
-        fingerprint, raw_env, raw_argv = {"format": fp.FORMAT, "error": fp.unknown(why)}, {}, []
-    return fingerprint, hostenv.lock_text(fingerprint), raw_env, raw_argv
 
 
 def write_run_folder(
@@ -180,7 +130,6 @@ def write_run_folder(
         masked,
         title=f"{masked.get('target')} on {masked.get('image')}",
         verdict=str(masked.get("verdict")),
-        verdict_at_s=verdict_at(masked),
     )
     (folder / "startup.svg").write_text(svg, encoding="utf-8")
     return folder
@@ -233,7 +182,7 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
         why = "the run was recorded by a kit that wrote no fingerprint"
         fingerprint = {
             "format": fp.FORMAT,
-            "made": facts.made("kit bundle create RUN"),
+            "made": fp.made("kit bundle create RUN"),
             **{k: fp.unknown(why) for k in ("image", "versions", "host", "nvidia", "launch")},
         }
     log_path = folder / "server.log"
@@ -415,16 +364,13 @@ def bundle_from_container(
         device=spec.device,
         quiet_for_s=_quiet_for(container),
     )
-    fingerprint, lock = facts.fingerprint_of_container(
-        container, spec, limits, gpus=None, by="kit bundle create CONTAINER"
-    )
-    config = container.attrs.get("Config") or {}
-    raw_argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-    redactor = Redactor.for_launch(facts.env_list(config.get("Env")), raw_argv, machine_env=os.environ)
+    built = fp.build(ContainerFacts(container, spec, gpus=None, by="kit bundle create CONTAINER"), limits)
+    redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
     # Not the container's bare name: `kit bundle create NAME` must find the container again, not this.
     folder = runs_dir() / f"{safe_stem(container.name)}-snapshot"
     result["diagnostics"] = str(folder)
-    write_run_folder(folder, log, {r: s.text for r, s in stacks.items()}, result, fingerprint, lock, redactor)
+    texts = {r: s.text for r, s in stacks.items()}
+    write_run_folder(folder, log, texts, result, built.fingerprint, built.lock, redactor)
     name = bundle_name(spec.target, safe_stem(container.name), result["verdict"])
     return bundle_from_run(folder, out or default_path(name), redactor=redactor)
 
@@ -443,12 +389,13 @@ def bundle_from_log(log_file: str, *, target: str, image: str | None = None, out
 
     text = read_log(log_file, field="--from-log").text  # bounded; empty or binary is refused
     spec = resolve(target, image=image)
-    report = analyze_text(text, source=log_file, limits=limits_from_spec(spec))
+    limits = limits_from_spec(spec)
+    report = analyze_text(text, source=log_file, limits=limits)
     result = result_from_analysis(
         report, target=target, image=image or "unknown", container=None, device=spec.device
     )
     nccl = _NCCL_IN_LOG.search(text)
-    fingerprint = facts.fingerprint_of_log(target, image, nccl[1] if nccl else None)
+    fingerprint = fp.build(PastedLogFacts(spec, image, nccl[1] if nccl else None), limits).fingerprint
     digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:8]
     name = bundle_name(target, f"log-{digest}", result["verdict"])
     bundle = BundleInput(

@@ -33,9 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.diagnose import facts, trust
 from kit.diagnose import fingerprint as fp
+from kit.diagnose import trust
 from kit.diagnose.bundle import Bundle
+from kit.diagnose.fact_sources import HereFacts
 from kit.diagnose.redact import MASK
 from kit.diagnose.replay_launch import (
     Recorded,
@@ -395,17 +396,9 @@ def plan_replay(
 
 def here_fingerprint(plan: ReplayPlan, environ: Mapping[str, str] = os.environ) -> dict:
     """This machine and the launch about to start, in the bundle's shape (for the diff)."""
-    image, versions, _ = facts.image_facts_of_ref(plan.image_ref, plan.spec.image, tag=plan.image_tag)
     present = {k: "<set here>" for k in plan.spec.pass_env if environ.get(k)}
-    return {
-        "format": fp.FORMAT,
-        "kit": facts.kit_section(),
-        "image": image,
-        "versions": versions,
-        "host": facts.host_facts(),
-        "nvidia": facts.nvidia_facts(),
-        "launch": facts.launch_of_spec(plan.spec, plan.limits, present, "kit repro"),
-    }
+    here = HereFacts(plan.spec, plan.image_ref, tag=plan.image_tag, present=present)
+    return fp.build(here, plan.limits).fingerprint
 
 
 def differences(plan: ReplayPlan, here: Mapping[str, Any]) -> list[str]:

@@ -2,7 +2,7 @@
 
 The runtime and the renderers share this one mapping, so what `kit up` starts is what
 `kit render docker` prints. Both refuse a port published beyond loopback without an API key
-(kit.spec.check_exposure); with one, the key travels by variable name (`-e NAME`) and a tiny shell
+(check_exposure); with one, the key travels by variable name (`-e NAME`) and a tiny shell
 wrapper hands it to SGLang's --api-key inside the container, so no file or command line holds it.
 
 Every server container also gets, from here: SYS_PTRACE (py-spy reads the ranks' stacks; `kit watch`
@@ -19,12 +19,13 @@ import shlex
 
 from docker.types import Ulimit
 
+from kit.errors import InputError
 from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.runtime.compile_cache import volume_name
 from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, LABEL_TARGET
 from kit.runtime.host.gpus import GpuPlan, GpuWay
-from kit.spec import CONTAINER_HF_CACHE, LaunchSpec, check_exposure
+from kit.spec import CONTAINER_HF_CACHE, LaunchSpec, is_loopback
 
 PTRACE = "SYS_PTRACE"
 
@@ -55,6 +56,18 @@ def container_labels(spec: LaunchSpec, extra: dict[str, str] | None = None) -> d
         **spec.labels,
         **(extra or {}),
     }
+
+
+def check_exposure(spec: LaunchSpec) -> None:
+    """Refuse a server published beyond this machine without an API key (InputError naming the fix)."""
+    if spec.api_key_env or is_loopback(spec.publish_address):
+        return
+    raise InputError(
+        "container.publish_address",
+        f"{spec.publish_address} publishes {spec.target} beyond this machine without an API key",
+        "name the variable that holds the key: --set container.api_key_env=KIT_API_KEY "
+        "(and export KIT_API_KEY), or publish on 127.0.0.1",
+    )
 
 
 def cap_add(spec: LaunchSpec, *, ptrace: bool = True) -> list[str]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from kit.diagnose.fact_sources import HostServer
 from kit.diagnose.host_record import image_label
-from kit.diagnose.record import HostServer, record_run
+from kit.diagnose.record import record_run
 from kit.errors import CheckFailed, ExitCode, InputError
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready
 from kit.output import jsonable

@@ -154,6 +154,7 @@ def follow_source(
 
     verdict = watcher.run(progressed)
     now = source.clock()
+    api_key = api_key_from_env(spec)  # read once: the first token and the serving watch use the same key
     stacks: dict[str, RankStack] = {}
     if isinstance(verdict, (Hung, Deadline)):
         stacks = collect_stacks(source)
@@ -167,7 +168,7 @@ def follow_source(
                 spec.model_path,
                 timeout_s=limits.deadline_s.first_token,
                 transport=source.http_transport(),
-                api_key=api_key_from_env(spec),
+                api_key=api_key,
             )
             result = _replace(
                 result,
@@ -181,7 +182,17 @@ def follow_source(
                 result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
             )
     if serve is not None and result.verdict == "ready":
-        result, stacks = serve_ready(result, watcher, spec, serve, on_serving, inventory, history=history)
+        result, stacks = serve_ready(
+            result,
+            watcher,
+            spec,
+            serve,
+            on_serving,
+            inventory,
+            base_url=source.base_url,
+            api_key=api_key,
+            history=history,
+        )
     result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
@@ -203,16 +214,14 @@ def serve_ready(
     on_change: OnChange | None,
     inventory: GpuInventory | None,
     *,
-    base_url: str | None = None,
-    api_key: str | None = None,
+    base_url: str | None,
+    api_key: str | None,
     history: SampleHistory | None = None,
 ) -> tuple[UpResult, dict[str, RankStack]]:
-    """Watch a READY server while it serves. Ctrl-C / SIGTERM: the READY result with the serving
-    counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for HUNG), to be recorded."""
+    """Watch a READY server at BASE_URL (with its API key) while it serves. Ctrl-C / SIGTERM: the READY
+    result with the serving counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for
+    HUNG), to be recorded."""
     source = watcher.source
-    if base_url is None:
-        base_url = source.base_url
-        api_key = api_key_from_env(spec) if spec is not None else None
     call, state, _interrupted = watch_serving(
         watcher,
         limits,

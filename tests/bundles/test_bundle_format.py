@@ -157,7 +157,7 @@ def test_the_picture_draws_the_activity_a_never_seen_rank_and_earlier_attempts()
         "earlier_attempts": ["CRASHED in load"],
     }
     title = "tiny on img: HUNG in init"
-    svg = svg_of_result(result, title=title, verdict="HUNG in init", verdict_at_s=53.5)
+    svg = svg_of_result(result, title=title, verdict="HUNG in init")
     root = ET.fromstring(svg)
     rects = list(root.iter("{http://www.w3.org/2000/svg}rect"))
     rows = {r.get("data-row") for r in rects if r.get("class") == "activity"}

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kit.diagnose import hostenv
-from kit.diagnose.fingerprint import is_unknown
+from kit.diagnose.fact_sources import HostProcessFacts
+from kit.diagnose.fingerprint import build, is_unknown
 from kit.diagnose.host_record import bundle_of_host
 from kit.dialects import dialect_for
 from kit.logs import PhaseLimits
@@ -96,7 +96,8 @@ def test_the_launcher_under_a_wrapper_is_found_and_its_versions_read(wrapped, ki
     wrapper, launcher = wrapped(kind)
     assert find_launcher(wrapper) == launcher
     assert find_launcher(launcher) == launcher
-    fingerprint, _, argv = hostenv.fingerprint_of_process(wrapper, None, PhaseLimits(), by="test")
+    built = build(HostProcessFacts(wrapper, None, unit=None, gpus=None, by="test"), PhaseLimits())
+    fingerprint, argv = built.fingerprint, built.raw_argv
     assert fingerprint["process"]["pid"] == launcher and fingerprint["process"]["given_pid"] == wrapper
     assert fingerprint["versions"]["sglang"] == "0.5.23"
     assert fingerprint["launch"]["dialect"] == dialect_for("0.5.23").name
@@ -105,7 +106,9 @@ def test_the_launcher_under_a_wrapper_is_found_and_its_versions_read(wrapped, ki
 
 def test_an_unreadable_release_leaves_the_dialect_unknown(wrapped):
     wrapper, _ = wrapped("bash-c", version=None)
-    fingerprint, _, _ = hostenv.fingerprint_of_process(wrapper, None, PhaseLimits(), by="test")
+    fingerprint = build(
+        HostProcessFacts(wrapper, None, unit=None, gpus=None, by="test"), PhaseLimits()
+    ).fingerprint
     assert is_unknown(fingerprint["launch"]["dialect"])
     assert "could not be read" in fingerprint["launch"]["dialect"]["unknown"]
 

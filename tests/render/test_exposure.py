@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from kit.errors import InputError
 from kit.launch import api_key_from_env, resolve
 from kit.render.compose import compose_document, render_compose
-from kit.render.docker import docker_run_argv, run_kwargs, server_command
+from kit.render.docker import check_exposure, docker_run_argv, run_kwargs, server_command
 from kit.render.lws import lws_manifests, render_lws
 from kit.render.systemd import render_systemd
-from kit.spec import check_exposure, client_host, is_loopback
+from kit.spec import client_host, is_loopback
 
 EXPOSED = ["container.publish_address=0.0.0.0"]
 WITH_KEY = [*EXPOSED, "container.api_key_env=KIT_API_KEY"]
