@@ -156,14 +156,18 @@ class Unwrapper:
         found: list[WrapperSeen] = []
         if self._ansi_count:
             found.append(
-                WrapperSeen("ansi", "ANSI colour codes (a terminal's copy)", self._ansi_count, self._ansi_example)
+                WrapperSeen(
+                    "ansi", "ANSI colour codes (a terminal's copy)", self._ansi_count, self._ansi_example
+                )
             )
         if self._crlf_count:
             found.append(WrapperSeen("crlf", "CRLF line ends (a Windows copy)", self._crlf_count, "\\r\\n"))
         for wrapper in self._order:
             if self._stripped.get(wrapper.kind):
                 found.append(
-                    WrapperSeen(wrapper.kind, wrapper.title, self._stripped[wrapper.kind], self._example[wrapper.kind])
+                    WrapperSeen(
+                        wrapper.kind, wrapper.title, self._stripped[wrapper.kind], self._example[wrapper.kind]
+                    )
                 )
         return tuple(found)
 
