@@ -2,7 +2,9 @@
 
 Both entry points share one classifier, so they give identical events for identical input:
 `parse_text(text)` equals feeding `text.split("\n")` to a `LogParser` one piece at a time and
-then calling `flush()`.
+then calling `flush()`. Both take the log's collector wrappers off first (Compose, journald,
+kubectl, `docker logs -t`, Ray, ANSI, CRLF: kit/logs/wrappers.py), with one `Unwrapper` per parser
+that learns them from the log's first lines, so a wrapped log followed live reads as it does offline.
 
 The bulk path never runs Python per uninteresting line: one compiled alternation of every
 pattern's scan string (patterns.toml) searches the buffer in C, and only lines that hold a scan

@@ -25,6 +25,7 @@ _SGLANG_PREFIX = re.compile(
 )
 _RANK_PART = re.compile(r" ([A-Z][A-Z_]*?)(\d+)")
 
+
 @lru_cache(maxsize=512)
 def _rank(parts: str) -> Rank | None:
     values: dict[str, int] = {}
