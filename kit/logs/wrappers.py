@@ -17,10 +17,11 @@ One table (wrappers.toml) and two readings of it:
 Which wrappers a log carries is learned from its own lines, causally (a live reader cannot look
 ahead): a kind is adopted once it starts at least a fifth of the first lines read so far (any one
 of the first few), and is then taken off every later line; a sparse kind (Ray tags only its
-workers' lines) from its first line; ANSI codes and CRLF from the first line that has them. Only
-the log's head is searched (the first 400 lines; the first 2M characters for ANSI, CRLF and sparse
-kinds), so the cost does not grow with the log: past the head, `text()` strips what was adopted
-with one C-level `re.subn` per kind (anchored after a newline) and runs no Python per line.
+workers' lines) from its first line (given up after a thousand lines that only look like one);
+ANSI codes and CRLF from the first line that has them. Only the log's head is searched (the first
+400 lines; the first 2M characters for ANSI, CRLF and sparse kinds), so the cost does not grow
+with the log: past the head, `text()` strips what was adopted with one C-level `re.subn` per
+kind (anchored after a newline) and runs no Python per line.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]")  # CSI sequ
 _CR_AT_LINE_END = re.compile(r"\r$", re.MULTILINE)
 _SAMPLE_LINES = 400  # a collector wraps every line: the first lines tell
 _SAMPLE_SHARE = 0.2  # a kind on fewer of the lines read than this is text that looks like one
+_SPARSE_TRIES = 1000  # head lines with a sparse kind's hint but not the kind, before it is given up
 # ANSI codes, CRLF and sparse kinds are looked for in the head only: str.find on a non-ASCII str
 # (tqdm's bars make most logs so) is no memchr, and a whole 100 MB log would cost more than its
 # parse's few per cent.
@@ -143,6 +145,7 @@ class Unwrapper:
         self._stripped: dict[str, int] = {}
         self._example: dict[str, str] = {}
         self._pending_sparse = [w for w in wrappers() if w.sparse]
+        self._sparse_misses = 0
         self._lines = 0  # pieces read
         self._sampled = 0  # non-empty pieces among the first _SAMPLE_LINES
         self._chars = 0  # characters read before the next piece (its line end counted)
@@ -191,11 +194,14 @@ class Unwrapper:
             if line:
                 self._learn(line, peel(line))
         elif head and self._pending_sparse:
-            for wrapper in self._pending_sparse:
-                if wrapper.hint in line:
-                    found = [(w, matched) for w, matched in peel(line) if w is wrapper]
-                    if found:
-                        self._adopt(wrapper, found[0][1], max(self._depth.values(), default=-1) + 1)
+            for wrapper in [w for w in self._pending_sparse if w.hint in line]:
+                found = [matched for w, matched in peel(line) if w is wrapper]
+                if found:
+                    self._adopt(wrapper, found[0], max(self._depth.values(), default=-1) + 1)
+                else:
+                    self._sparse_misses += 1
+            if self._sparse_misses >= _SPARSE_TRIES:  # `pid=` in the server's own words, not Ray's
+                self._pending_sparse = []
         pos = 0
         for wrapper in self._order:
             hit = wrapper.regex.match(line, pos)
@@ -231,8 +237,9 @@ class Unwrapper:
         out: list[str] = []
         changed = False
         pos = 0
+        found: dict[str, int] = {}  # each candidate's next position in this buffer (-1: none in the head)
         while pos <= size:
-            event = self._next_event(text, pos)
+            event = self._next_event(text, pos, found)
             if event is None:  # nothing left that could change what is stripped
                 rest = text[pos:] if pos else text
                 stripped = self._bulk(rest, last=True)
@@ -253,25 +260,38 @@ class Unwrapper:
             pos = end + 1
         return "".join(out) if changed else text
 
-    def _next_event(self, text: str, pos: int) -> int | None:
-        """The start of the next line that `line()` must read itself (it may adopt something), or None."""
+    def _next_event(self, text: str, pos: int, found: dict[str, int]) -> int | None:
+        """The start of the next line that `line()` must read itself (it may adopt something), or
+        None. `found` keeps each literal's next position across calls on one buffer, so a log with
+        many near misses (`pid=` in SGLang's own words) is still scanned once."""
         if self._lines < _SAMPLE_LINES:
             return pos
         room = _HEAD_CHARS - self._chars  # lines starting before pos + room are in the head
         if room <= 0:
             return None
-        limit = pos + room
+        limit = pos + room  # the same for every call on one buffer: _chars grows as pos does
         head_end = text.find("\n", limit)
         head_end = len(text) if head_end < 0 else head_end
-        hits: list[int] = []
+        wanted: list[str] = []
         if not self._ansi:
-            hits.append(text.find("\x1b", pos, head_end))
+            wanted.append("\x1b")
         if not self._crlf:
-            hits.append(text.find("\r\n", pos, head_end))
-            if text.endswith("\r") and head_end == len(text):
-                hits.append(len(text) - 1)
-        hits.extend(text.find(w.hint, pos, head_end) for w in self._pending_sparse)
-        at = min((h for h in hits if h >= 0), default=-1)
+            wanted.append("\r\n")
+        wanted.extend(w.hint for w in self._pending_sparse)
+        at = -1
+        for literal in wanted:
+            hit = found.get(literal)
+            if hit is None or 0 <= hit < pos:
+                hit = found[literal] = text.find(literal, pos, head_end)
+            if hit >= 0 and (at < 0 or hit < at):
+                at = hit
+        if (
+            not self._crlf
+            and text.endswith("\r")
+            and head_end == len(text)
+            and (at < 0 or len(text) - 1 < at)
+        ):
+            at = len(text) - 1  # the last piece ends with a CR of its own
         if at < 0:
             return None
         start = text.rfind("\n", pos, at) + 1 or pos
@@ -281,8 +301,7 @@ class Unwrapper:
         """Whole lines (ending in `\\n` unless `last`) that cannot change this reader's state."""
         if not chunk and not last:
             return chunk
-        self._chars += len(chunk) + (1 if last else 0)
-        self._lines += chunk.count("\n") + (1 if last else 0)
+        self._chars += len(chunk) + (1 if last else 0)  # past the sample: _lines no longer matters
         text = chunk
         if self._ansi and "\x1b" in text:
             text, n = _ANSI.subn("", text)

@@ -249,11 +249,12 @@ def test_a_buffer_unwraps_as_its_lines_one_by_one_and_never_raises(text, cut):
 @PROPERTY
 @given(st.one_of(logs, collected), st.integers(min_value=0, max_value=4000))
 def test_past_the_sampled_head_the_bulk_path_reads_as_the_lines(text, cut):
-    # A head of 5 lines and 300 characters: the bulk path (subn per kind, events for ANSI, CRLF
-    # and sparse kinds found later) runs on these small logs.
+    # A head of 5 lines and 300 characters, a sparse kind given up after 2 near misses: the bulk
+    # path (subn per kind, events for ANSI, CRLF and sparse kinds found later) runs on these logs.
     with (
         mock.patch.object(wrappers_module, "_SAMPLE_LINES", 5),
         mock.patch.object(wrappers_module, "_HEAD_CHARS", 300),
+        mock.patch.object(wrappers_module, "_SPARSE_TRIES", 2),
     ):
         whole = unwrap(text)
         assert (whole.text, whole.seen) == _line_by_line(text) == _in_chunks(text, cut)
