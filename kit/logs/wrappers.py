@@ -146,6 +146,8 @@ class Unwrapper:
         self._example: dict[str, str] = {}
         self._pending_sparse = [w for w in wrappers() if w.sparse]
         self._sparse_misses = 0
+        self._stripping = False  # something was adopted
+        self._settled = False  # past the sample and the head: nothing more can be adopted
         self._lines = 0  # pieces read
         self._sampled = 0  # non-empty pieces among the first _SAMPLE_LINES
         self._chars = 0  # characters read before the next piece (its line end counted)
@@ -176,32 +178,51 @@ class Unwrapper:
 
     def line(self, line: str) -> str:
         """One piece of the log (no `\\n`) without its wrappers."""
+        if self._settled:  # past the sample and the head: only what was adopted is taken off
+            return self._strip(line) if self._stripping else line
         head = self._chars < _HEAD_CHARS
         self._chars += len(line) + 1
         self._lines += 1
-        if "\x1b" in line and (self._ansi or head):
+        if "\x1b" in line and not self._ansi and head:
             first = _ANSI.search(line)
             if first is not None:
-                if not self._ansi:
-                    self._ansi, self._ansi_example = True, first.group()
-                line, n = _ANSI.subn("", line)
-                self._ansi_count += n
-        if line.endswith("\r") and (self._crlf or head):
+                self._ansi, self._ansi_example = True, first.group()
+        if line.endswith("\r") and head:
             self._crlf = True
-            self._crlf_count += 1
-            line = line[:-1]
         if self._lines <= _SAMPLE_LINES:
-            if line:
-                self._learn(line, peel(line))
+            bare = self._strip_codes(line)  # the sample is read as it will be stripped
+            if bare:
+                self._learn(bare, peel(bare))
         elif head and self._pending_sparse:
-            for wrapper in [w for w in self._pending_sparse if w.hint in line]:
-                found = [matched for w, matched in peel(line) if w is wrapper]
+            bare = self._strip_codes(line)
+            for wrapper in [w for w in self._pending_sparse if w.hint in bare]:
+                found = [matched for w, matched in peel(bare) if w is wrapper]
                 if found:
                     self._adopt(wrapper, found[0], max(self._depth.values(), default=-1) + 1)
                 else:
                     self._sparse_misses += 1
             if self._sparse_misses >= _SPARSE_TRIES:  # `pid=` in the server's own words, not Ray's
                 self._pending_sparse = []
+        self._stripping = bool(self._ansi or self._crlf or self._order)
+        self._settled = self._lines >= _SAMPLE_LINES and self._chars >= _HEAD_CHARS
+        return self._strip(line) if self._stripping else line
+
+    def _strip_codes(self, line: str) -> str:
+        """ANSI codes and a CRLF's CR, once adopted; counted when the line is stripped for good."""
+        if self._ansi and "\x1b" in line:
+            line = _ANSI.sub("", line)
+        if self._crlf and line.endswith("\r"):
+            line = line[:-1]
+        return line
+
+    def _strip(self, line: str) -> str:
+        """What this log was found to carry, taken off one line (and counted)."""
+        if self._ansi and "\x1b" in line:
+            line, n = _ANSI.subn("", line)
+            self._ansi_count += n
+        if self._crlf and line.endswith("\r"):
+            self._crlf_count += 1
+            line = line[:-1]
         pos = 0
         for wrapper in self._order:
             hit = wrapper.regex.match(line, pos)
@@ -238,9 +259,14 @@ class Unwrapper:
         changed = False
         pos = 0
         found: dict[str, int] = {}  # each candidate's next position in this buffer (-1: none in the head)
+        before = self._tally()
         while pos <= size:
             event = self._next_event(text, pos, found)
             if event is None:  # nothing left that could change what is stripped
+                if pos > 0:
+                    whole = self._whole(text, pos, "".join(out), before)
+                    if whole is not None:
+                        return whole
                 rest = text[pos:] if pos else text
                 stripped = self._bulk(rest, last=True)
                 out.append(stripped)
@@ -259,6 +285,33 @@ class Unwrapper:
             changed = changed or stripped is not piece
             pos = end + 1
         return "".join(out) if changed else text
+
+    def _whole(self, text: str, pos: int, done: str, before: tuple) -> str | None:
+        """`text` stripped in one pass when its lines up to `pos` (its head, read line by line and
+        in chunks as the state changed) came out as that pass makes them: the usual case, a wrapper
+        adopted on the line where it first stands. Else None. Saves copying a large log twice (a
+        slice and a join); the counts stay those of the lines one by one."""
+        head, *head_counts = self._in_bulk(text[:pos])
+        if head != done or head_counts != self._gained(before):
+            return None
+        whole, ansi, crlf, kinds = self._in_bulk(text)
+        self._chars += len(text) - pos + 1
+        self._ansi_count += ansi - head_counts[0]
+        self._crlf_count += crlf - head_counts[1]
+        for kind, n in kinds.items():
+            self._stripped[kind] = self._stripped.get(kind, 0) + n - head_counts[2].get(kind, 0)
+        return whole
+
+    def _tally(self) -> tuple[int, int, dict[str, int]]:
+        return self._ansi_count, self._crlf_count, dict(self._stripped)
+
+    def _gained(self, before: tuple[int, int, dict[str, int]]) -> list:
+        ansi, crlf, kinds = before
+        return [
+            self._ansi_count - ansi,
+            self._crlf_count - crlf,
+            {k: n - kinds.get(k, 0) for k, n in self._stripped.items() if n != kinds.get(k, 0)},
+        ]
 
     def _next_event(self, text: str, pos: int, found: dict[str, int]) -> int | None:
         """The start of the next line that `line()` must read itself (it may adopt something), or
@@ -302,20 +355,28 @@ class Unwrapper:
         if not chunk and not last:
             return chunk
         self._chars += len(chunk) + (1 if last else 0)  # past the sample: _lines no longer matters
-        text = chunk
-        if self._ansi and "\x1b" in text:
-            text, n = _ANSI.subn("", text)
-            self._ansi_count += n
-        if self._crlf and "\r" in text:
-            text, n = _CR_AT_LINE_END.subn("", text)
-            self._crlf_count += n
+        text, ansi, crlf, kinds = self._in_bulk(chunk)
+        self._ansi_count += ansi
+        self._crlf_count += crlf
+        for kind, n in kinds.items():
+            self._stripped[kind] = self._stripped.get(kind, 0) + n
+        return text
+
+    def _in_bulk(self, chunk: str) -> tuple[str, int, int, dict[str, int]]:
+        """Whole lines stripped of what was adopted, and what was taken off (nothing is counted)."""
+        text, ansi, crlf, kinds = chunk, 0, 0, {}
+        if self._ansi:
+            text, ansi = _ANSI.subn("", text)
+        if self._crlf:
+            text, crlf = _CR_AT_LINE_END.subn("", text)
         if self._order:
             text = "\n" + text  # every line, the first included, now starts after a newline
             for wrapper in self._order:
                 text, n = _after_newline(wrapper.kind).subn("\n", text)
-                self._stripped[wrapper.kind] = self._stripped.get(wrapper.kind, 0) + n
+                if n:
+                    kinds[wrapper.kind] = n
             text = text[1:]
-        return chunk if text is not chunk and text == chunk else text
+        return (chunk if text is not chunk and text == chunk else text), ansi, crlf, kinds
 
 
 def unwrap(text: str) -> Unwrapped:
