@@ -148,6 +148,7 @@ class Unwrapper:
         self._sparse_misses = 0
         self._stripping = False  # something was adopted
         self._settled = False  # past the sample and the head: nothing more can be adopted
+        self._ansi_only = False
         self._lines = 0  # pieces read
         self._sampled = 0  # non-empty pieces among the first _SAMPLE_LINES
         self._chars = 0  # characters read before the next piece (its line end counted)
@@ -179,6 +180,8 @@ class Unwrapper:
     def line(self, line: str) -> str:
         """One piece of the log (no `\\n`) without its wrappers."""
         if self._settled:  # past the sample and the head: only what was adopted is taken off
+            if self._ansi_only:  # a colour terminal's log, the usual case among wrapped ones
+                return self._strip(line) if "\x1b" in line else line
             return self._strip(line) if self._stripping else line
         head = self._chars < _HEAD_CHARS
         self._chars += len(line) + 1
@@ -205,6 +208,7 @@ class Unwrapper:
                 self._pending_sparse = []
         self._stripping = bool(self._ansi or self._crlf or self._order)
         self._settled = self._lines >= _SAMPLE_LINES and self._chars >= _HEAD_CHARS
+        self._ansi_only = self._ansi and not (self._crlf or self._order)
         return self._strip(line) if self._stripping else line
 
     def _strip_codes(self, line: str) -> str:
