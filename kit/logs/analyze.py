@@ -164,7 +164,7 @@ def analyze_text(
     unwrapped = unwrap(text)  # a log pasted from Compose, kubectl, journalctl, a colour terminal
     text = unwrapped.text
     with _collector_paused():
-        events = parse_text(text)
+        events = parse_text(text, unwrap=False)  # unwrapped above, by the same Unwrapper
         # Time zero is the launcher's first stamped line, so start-up time includes imports and
         # args.
         base = first_time(text) or next((e.time for e in events if e.time is not None), None)

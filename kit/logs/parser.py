@@ -2,7 +2,9 @@
 
 Both entry points share one classifier, so they give identical events for identical input:
 `parse_text(text)` equals feeding `text.split("\n")` to a `LogParser` one piece at a time and
-then calling `flush()`.
+then calling `flush()`. Both take the log's collector wrappers off first (Compose, journald,
+kubectl, `docker logs -t`, Ray, ANSI, CRLF: kit/logs/wrappers.py), with one `Unwrapper` per parser
+that learns them from the log's first lines, so a wrapped log followed live reads as it does offline.
 
 The bulk path never runs Python per uninteresting line: one compiled alternation of every
 pattern's scan string (patterns.toml) searches the buffer in C, and only lines that hold a scan
@@ -22,7 +24,8 @@ from typing import Any
 from kit.logs.events import Event, Milestone, Note
 from kit.logs.launch import launch_fields_at
 from kit.logs.patterns import TRACEBACK_FRAME, TRACEBACK_START, Pattern, PatternSet, default_patterns
-from kit.logs.prefix import sglang_prefix, strip_wrappers
+from kit.logs.prefix import sglang_prefix
+from kit.logs.wrappers import Unwrapper, line_body
 
 # The last line of a traceback: an exception class name, optionally dotted, then ": message".
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::(?:\s.*)?)?")
@@ -46,11 +49,11 @@ def _chain(first: re.Match[str], scan: re.Pattern[str], line: str):
 
 
 def _is_frame(line: str) -> bool:
-    return strip_wrappers(line).lstrip().startswith(TRACEBACK_FRAME)
+    return line_body(line).lstrip().startswith(TRACEBACK_FRAME)
 
 
 def _traceback_step(line: str) -> int:
-    body = strip_wrappers(line)
+    body = line_body(line)
     if body[:1] in (" ", "\t"):  # frames, source lines and ^^^^ markers are indented
         return _CONTINUES
     if _EXCEPTION_LINE.fullmatch(body):
@@ -65,8 +68,11 @@ class LogParser:
     line or `flush()` shows it was cut off); it carries the opening line's number, time and rank.
     """
 
-    def __init__(self, patterns: PatternSet | None = None):
+    def __init__(self, patterns: PatternSet | None = None, *, unwrap: bool = True):
         self._patterns = patterns or default_patterns()
+        # A log's collector wrappers (Compose, journald, kubectl, ...) come off before anything is
+        # read, line by line or in bulk alike; False for text that unwrap() already read.
+        self.unwrapper: Unwrapper | None = Unwrapper() if unwrap else None
         self._search = self._patterns.scan.search
         self._line_no = 0
         self._pending: _PendingTraceback | None = None
@@ -87,10 +93,14 @@ class LogParser:
             line = line[:-1]
         if "\n" in line:
             return self.feed_text(line)
+        if self.unwrapper is not None:
+            line = self.unwrapper.line(line)
         return self._feed_one(line)
 
     def feed_text(self, text: str) -> list[Event]:
         """Read a buffer: the same events as feeding each piece of `text.split("\\n")`."""
+        if self.unwrapper is not None:
+            text = self.unwrapper.text(text)
         events: list[Event] = []
         size = len(text)
         pos = 0
@@ -142,7 +152,7 @@ class LogParser:
                 return events
             if step == _ENDS_WITH_EXCEPTION:
                 self._pending.lines.append(line)
-                return [self._finish_traceback(strip_wrappers(line).strip())]
+                return [self._finish_traceback(line_body(line).strip())]
             events.append(self._finish_traceback(None))  # cut off; this line is read normally
             hit = None
         if hit is None:
@@ -184,7 +194,7 @@ class LogParser:
                     skipped = True
                     continue
                 if pattern.whole_line:
-                    found = pattern.regex.fullmatch(strip_wrappers(line).strip())
+                    found = pattern.regex.fullmatch(line_body(line).strip())
                 else:
                     found = pattern.regex.search(line)
                 if found is not None:
@@ -252,7 +262,7 @@ class LogParser:
             context_time, context_rank = sglang_prefix(context)
             if context_time is not None or context_rank is not None:
                 time, rank = context_time, context_rank
-                fields["message"] = strip_wrappers(context).strip()
+                fields["message"] = line_body(context).strip()
         fatal = False
         # The opener's own words may be a fatal error line: "Scheduler hit an exception: Traceback
         # ...", "Initialization failed. warmup error: Traceback ...".
@@ -279,9 +289,10 @@ class LogParser:
         )
 
 
-def parse_text(text: str, patterns: PatternSet | None = None) -> list[Event]:
-    """All events of a whole log (offline use); see the module docstring for the guarantees."""
-    parser = LogParser(patterns)
+def parse_text(text: str, patterns: PatternSet | None = None, *, unwrap: bool = True) -> list[Event]:
+    """All events of a whole log (offline use); see the module docstring for the guarantees.
+    `unwrap=False` for text whose collector wrappers kit.logs.wrappers.unwrap already took off."""
+    parser = LogParser(patterns, unwrap=unwrap)
     events = parser.feed_text(text)
     events.extend(parser.flush())
     return events

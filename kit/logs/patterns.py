@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from kit.logs.events import Milestone, Note, Phase
-from kit.logs.prefix import strip_wrappers
+from kit.logs.wrappers import line_body
 
 TRACEBACK_START = "Traceback (most recent call last)"
 # A traceback's frame line. A paste that starts inside a traceback (no opener) is read from its
@@ -113,7 +113,7 @@ class PatternSet:
         for index, line in enumerate(lines):
             if TRACEBACK_FRAME not in line:  # cheap: the check below strips the line's wrappers
                 continue
-            stripped = strip_wrappers(line).lstrip()
+            stripped = line_body(line).lstrip()
             if not stripped.startswith(TRACEBACK_FRAME):  # a frame: `File "...", line N, in func`
                 continue
             # The frame and the source line under it (`self.load_model()`): a tail cut right

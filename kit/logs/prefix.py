@@ -1,17 +1,13 @@
-"""Line prefixes: SGLang's own `[date time TPn]` and the wrappers log collectors put before it.
+"""SGLang's own line prefix `[date time TPn]`: each record's time and rank.
 
 SGLang prefixes each record with `[YYYY-MM-DD HH:MM:SS(.mmm)( DPn)( PPn)( TPn)( EPn)]` (no rank
 part in the main process or, in recent releases, when tp=1); very old releases print `[HH:MM:SS
-TPn]` or `[gpu_id=N]`. Collectors add their own wrappers in front: docker/kubectl `--timestamps`
-(RFC 3339), Docker Desktop's `YYYY-MM-DD HH:MM:SS `, journald's `Mon DD HH:MM:SS host unit[pid]: `,
-`srun -l` (`3: `), Ray and vLLM workers (`(SchedulerActor pid=123) `, `(VllmWorker rank=1
-pid=5356) `), `kubectl logs --prefix` (`[pod/x/container] `), torch's `[rank0]: `, Python logging
-(`INFO:     `, vLLM's `INFO 12-02 13:46:15 file.py:12] `).
+TPn]` or `[gpu_id=N]`. What collectors and other loggers put in front of it is kit/logs/wrappers.py's
+(one table, wrappers.toml).
 
 Milestones are found anywhere in a line, and the SGLang prefix is the last one before the match,
-so wrappers need no stripping there (and tqdm bars that glue a record onto their line still
-work). Stripping matters for multi-line records: traceback continuation lines and whole-line
-patterns such as the shell's `Killed`.
+so whatever stands in front of it does not matter here (and tqdm bars that glue a record onto
+their line still work).
 """
 
 from __future__ import annotations
@@ -28,29 +24,6 @@ _SGLANG_PREFIX = re.compile(
     r"|\[gpu_id=(?P<gpu>\d+)\]"
 )
 _RANK_PART = re.compile(r" ([A-Z][A-Z_]*?)(\d+)")
-
-# One wrapper of each kind may appear, in any order, so the alternation repeats. Each consumes
-# exactly the separator its tool writes, so a continuation line keeps its own indentation.
-_WRAPPERS = re.compile(
-    r"""(?:
-        \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]         # --timestamps
-      | \d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]                         # Docker Desktop
-      | [A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\S+[ ][^\s:\[]+(?:\[\d+\])?:[ ]  # journald
-      | \[pod/[^\]\s]+\][ ]                                                    # kubectl --prefix
-      | \([\w.-]+(?:[ ][\w.-]+=[\w.-]+)*[ ]pid=\d+(?:,[ ]ip=[\d.]+)?\)[ ]          # Ray actor, vLLM worker
-      | [ ]{0,6}\d{1,5}:[ ]                                                    # srun -l
-      | \[rank\d+\]:[ ]?                                                       # torch
-      | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[ ]\d\d-\d\d[ ]\d\d:\d\d:\d\d(?:\.\d+)?[ ]\S*\][ ]  # vLLM
-      | (?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[ ]+                             # uvicorn style
-      | \[(?:\d{4}-\d\d-\d\d[ ])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:[ ][A-Z][A-Z_]*\d+)*\][ ]  # SGLang
-    )*""",
-    re.VERBOSE,
-)
-
-
-def strip_wrappers(line: str) -> str:
-    """The line without collector wrappers or SGLang's prefix in front (indentation kept)."""
-    return line[_WRAPPERS.match(line).end() :]  # type: ignore[union-attr]  # `*` always matches
 
 
 @lru_cache(maxsize=512)

@@ -177,7 +177,7 @@ def test_real_launch_lines_read_the_same_as_the_reference():
 def reference_phase_of(text: str):
     """Every rule's every message and frame word tried on every frame, as before the prefilter."""
     from kit.logs.patterns import TRACEBACK_FRAME
-    from kit.logs.prefix import strip_wrappers
+    from kit.logs.wrappers import line_body
 
     rules = default_patterns().exception_phases
     for rule in rules:
@@ -185,7 +185,7 @@ def reference_phase_of(text: str):
             return rule.phase
     lines = text.splitlines()
     for index, line in enumerate(lines):
-        stripped = strip_wrappers(line).lstrip()
+        stripped = line_body(line).lstrip()
         if not stripped.startswith(TRACEBACK_FRAME):
             continue
         source = lines[index + 1] if index + 1 < len(lines) else ""

@@ -7,7 +7,8 @@ from datetime import datetime
 import pytest
 
 from kit.logs import Milestone, Rank, parse_text
-from kit.logs.prefix import first_time, sglang_prefix, strip_wrappers
+from kit.logs.prefix import first_time, sglang_prefix
+from kit.logs.wrappers import line_body
 
 BODY = "Load weight begin. avail mem=21.30 GB"
 WHEN = datetime(2026, 12, 2, 13, 46, 15)
@@ -64,16 +65,16 @@ def test_wrappers_keep_milestone_rank_and_time(wrapper):
     line = wrapper + "[2026-12-02 13:46:15 TP2] " + BODY
     [event] = parse_text(line)
     assert (event.milestone, event.rank, event.time) == (Milestone.LOAD_BEGIN, Rank(tp=2), WHEN)
-    assert strip_wrappers(line) == BODY
+    assert line_body(line) == BODY
 
 
 def test_wrappers_stack_in_any_order():
     line = '[pod/x/c] 2026-12-02T13:46:15Z 3: [2026-12-02 13:46:15 TP2]   File "x.py", line 1'
-    assert strip_wrappers(line) == '  File "x.py", line 1'
+    assert line_body(line) == '  File "x.py", line 1'
 
 
 def test_wrapper_keeps_the_indentation_of_the_line_it_wraps():
-    assert strip_wrappers("2026-12-02T13:46:15.1Z     self.capture()") == "    self.capture()"
+    assert line_body("2026-12-02T13:46:15.1Z     self.capture()") == "    self.capture()"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kit.logs import LogParser, Milestone, Rank, analyze_text, parse_text
-from kit.logs.prefix import strip_wrappers
+from kit.logs.wrappers import line_body
 
 # Lines the parser must treat carefully: milestones, traceback parts, errors, notes, noise.
 REALISTIC = [
@@ -130,4 +130,4 @@ def test_shuffled_wrappers_never_change_milestone_or_rank(wrappers, rank, milest
     line = "".join(wrappers) + f"[2026-12-02 13:46:15{rank_text}] " + body
     [event] = parse_text(line)
     assert (event.milestone, event.rank) == (expected_milestone, expected_rank)
-    assert strip_wrappers(line) == body
+    assert line_body(line) == body
