@@ -6,7 +6,7 @@ option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.p
     FiniteFloat   seconds and budgets: a finite number in bounds (no nan, inf, 1e308, true)
     StrictInt     a whole number in bounds (no true, 1.0, 1_000)
     Pid           a running host process: a positive number that exists now
-    LimitValue    --deadline/--stall STAGE=SECONDS (the stages kit.logs.limits knows, finite seconds)
+    LimitValue    --deadline/--stall STAGE=SECONDS (kit.logs.limits.parse_limit_overrides, the one parser)
     SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
     InputFile     a file read whole (a CA bundle): regular, not empty, bounded
     Line          one line of printable text (names, paths): nothing a rendered file would split on
@@ -127,21 +127,22 @@ class Pid(StrictInt):
 
 
 class LimitValue(click.ParamType):
-    """STAGE=SECONDS for --deadline and --stall; the value is kept as given (the commands parse it
-    again with kit.logs.limits.parse_limit_overrides, which now cannot fail)."""
+    """NAME=SECONDS for --deadline and --stall: checked as the command line is read by the one parser,
+    kit.logs.limits.parse_limit_overrides, over the stages it knows (or preflight's steps); the value
+    is kept as given and parsed again by the command, which then cannot fail."""
 
     name = "stage=seconds"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from kit.logs.limits import STAGES
+    def __init__(self, names: tuple[str, ...] | None = None, *, kind: str = "stage"):
+        self.names, self.kind = names, kind
+        self.name = f"{kind}=seconds"
 
-        text = str(value)
-        stage, sep, number = text.partition("=")
-        stage = stage.strip()
-        if not sep or stage not in STAGES:
-            refuse(param, f"'{text}' is not STAGE=SECONDS", f"stages: {', '.join(STAGES)}; e.g. init=600")
-        FiniteFloat(example=f"{stage}=600").convert(number, param, ctx)
-        return text
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from kit.logs.limits import STAGES, parse_limit_overrides
+
+        option = param.opts[0] if param is not None and param.opts else "--deadline"
+        parse_limit_overrides([str(value)], option, self.names or STAGES, kind=self.kind)
+        return str(value)
 
 
 class SetValue(click.ParamType):
