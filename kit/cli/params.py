@@ -10,6 +10,7 @@ option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.p
     SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
     InputFile     a file read whole (a CA bundle): regular, not empty, bounded
     Line          one line of printable text (names, paths): nothing a rendered file would split on
+    LogFile       --log FILE of a host server: a regular file, or none yet in a folder that exists
     OutputFile    -o FILE: a regular file or nothing yet, in a folder that exists (kit.files)
 """
 
@@ -203,7 +204,38 @@ class InputFile(click.ParamType):
         return path
 
 
+class LogFile(Line):
+    """--log FILE of a server on this host: a regular file, or none yet in a folder that exists (it is
+    followed like tail -F). A device, FIFO or folder is refused: /dev/zero would be read for ever, a
+    FIFO blocks the open, a folder is no log."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        import stat
+
+        text = super().convert(value, param, ctx)
+        example = "e.g. --log /var/log/sglang.log, the file the server writes"
+        if not text.strip():
+            refuse(param, "an empty file name", example)
+        path = Path(text)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            if not path.parent.is_dir():
+                refuse(param, f"no folder {path.parent}", example)
+            return text
+        except OSError as exc:
+            refuse(param, f"cannot read {text!r}: {exc.strerror or exc}", example)
+        if not stat.S_ISREG(mode):
+            kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a device"}
+            what = next((word for test, word in kinds.items() if test(mode)), "not a regular file")
+            refuse(param, f"{text} is {what}, not a log file", example)
+        return text
+
+
 LINE = Line()
+LOG_FILE = LogFile()
 SET_VALUE = SetValue()
 LIMIT_VALUE = LimitValue()
 PID = Pid()
