@@ -24,7 +24,7 @@ def bundle() -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @bundle.command("create")
-@click.argument("ref", metavar="[RUN | CONTAINER]", required=False)
+@click.argument("ref", metavar="[RUN | CONTAINER]", type=LINE, required=False)
 @click.option("--last", is_flag=True, help="The newest run kit up / kit watch recorded.")
 @click.option(
     "--from-log", "from_log", type=LINE, metavar="FILE", help="A pasted log alone (needs --target)."

@@ -28,6 +28,7 @@ from kit.spec import MAX_SECONDS
 
 WEEK_S = MAX_SECONDS  # the one bound on seconds (kit/spec.py), shared with the catalog and limits
 _WHOLE = re.compile(r"^[+-]?[0-9]+$")
+NAME_MAX = 255  # bytes in one part of a path (Linux's NAME_MAX)
 
 
 def refuse(param: click.Parameter | None, problem: str, fix: str) -> None:
@@ -53,6 +54,11 @@ class Line(click.ParamType):
         bad = control_character(text)
         if bad:
             refuse(param, f"a control character ({bad}) in {text!r}", "give one line of printable text")
+        if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in text.split("/")):
+            # No file, folder, container or unit has such a name; the OS would say ENAMETOOLONG.
+            refuse(
+                param, f"'{text[:40]}...' is too long for a name", f"at most {NAME_MAX} bytes between slashes"
+            )
         return text
 
 

@@ -253,11 +253,11 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
     A step whose ranks crash or whose check says no is FAILED.
     """
     from kit.logs.limits import parse_limit_overrides
-    from kit.pivot.preflight import host_has_gpus, preflight_spec, run_preflight
+    from kit.pivot.preflight import check_preflight, host_has_gpus, preflight_spec, run_preflight
 
     gpus = host_has_gpus() if target is None and image is None else False
     spec = preflight_spec(target, image=image, overrides=overrides, host_has_gpus=gpus)
-    count = ranks or spec.ranks
+    count = check_preflight(spec, ranks=ranks, until=until, fault=fault)  # before the header
     step_deadlines = parse_limit_overrides(deadline, "--deadline", ALL_STEPS, kind="step")  # checked by click
     interruptible()
     title = f"kit preflight {spec.target} ({spec.image}, {count} ranks)" + (
@@ -483,7 +483,7 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
     says no is FAILED, a start CRASHED, HUNG or DEADLINE); DEADLINE too when the budget ran out
     first. Nothing is left running. With --plan, --json prints one document ("type": "plan").
     """
-    from kit.pivot.bisect import plan_ladder, run_bisect
+    from kit.pivot.bisect import check_bisect, plan_ladder, run_bisect
 
     if plan:
         rungs, rows, nvlink = plan_ladder(target, image=image, overrides=overrides)
@@ -495,6 +495,7 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
             table = [(r.rung, r.change, r.action, r.detail) for r in rows]
             print_rows(console(), ("rung", "change", "action", "detail"), table)
         return
+    check_bisect(target, image=image, overrides=overrides, fault=fault, budget_s=budget_s, start_at=start_at)
     interruptible()
     view = BisectView(console(), as_json=as_json)
     if not as_json:
