@@ -133,7 +133,7 @@ def no_validate_option(func):
 
 def fault_option(help: str):
     """The test-only switch of the CPU rehearsal: hidden from help, still taken."""
-    return click.option("--fault", metavar="FAULT", hidden=True, help=help)
+    return click.option("--fault", type=LINE, metavar="FAULT", hidden=True, help=help)  # into an env var
 
 
 @exits(*VERDICT_EXITS, json=LINES)
