@@ -146,3 +146,24 @@ def test_watch_of_a_container_without_an_engine_is_one_line(host):
 )
 def test_limits_are_checked_as_the_command_line_is_read(host, argv, starts):
     one_line(*kit(*argv), exit_code=2, starts=starts)
+
+
+@pytest.mark.parametrize(
+    ("argv", "exit_code", "starts"),
+    [
+        # Each printed its header (`kit bisect nope: doctor -> ...`, `kit preflight tiny (...)`,
+        # `kit smoke tiny (...)`) before this error.
+        (("bisect", "nope"), 2, "target: unknown target 'nope'"),
+        (("bisect", "qwen-base", "--fault", "hang-p2p"), 2, "--fault: faults exist only in the CPU"),
+        (("bisect", "tiny", "--set", "tp=zero"), 2, "--set tp: 'zero' is not a whole number"),
+        (("preflight", "qwen-base", "--tp", "8"), 2, "--tp: 8 ranks but the target has 4 GPUs"),
+        (("preflight", "tiny"), 3, "no Docker engine answers"),
+        (("preflight", "tiny", "--until", "p2p", "--json"), 3, "no Docker engine answers"),
+        (("smoke", "tiny"), 3, "no Docker engine answers"),
+        (("smoke", "tiny", "--fault", "a\nb"), 2, "--fault: a control character"),
+        (("bundle", "create", "x" * 300), 2, "ref: 'xxxx"),  # was an ENAMETOOLONG traceback
+    ],
+)
+def test_the_other_commands_with_a_header_check_first_too(host, argv, exit_code, starts):
+    one_line(*kit(*argv), exit_code=exit_code, starts=starts)
+    assert not host.exists()
