@@ -156,6 +156,8 @@ def test_limits_are_checked_as_the_command_line_is_read(host, argv, starts):
         (("bisect", "nope"), 2, "target: unknown target 'nope'"),
         (("bisect", "qwen-base", "--fault", "hang-p2p"), 2, "--fault: faults exist only in the CPU"),
         (("bisect", "tiny", "--set", "tp=zero"), 2, "--set tp: 'zero' is not a whole number"),
+        (("bisect", "tiny", "--from", "base"), 3, "no Docker engine answers"),
+        (("bisect", "tiny"), 3, "no Docker engine answers"),  # not after the doctor rung's lines
         (("preflight", "qwen-base", "--tp", "8"), 2, "--tp: 8 ranks but the target has 4 GPUs"),
         (("preflight", "tiny"), 3, "no Docker engine answers"),
         (("preflight", "tiny", "--until", "p2p", "--json"), 3, "no Docker engine answers"),

@@ -484,6 +484,7 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
     first. Nothing is left running. With --plan, --json prints one document ("type": "plan").
     """
     from kit.pivot.bisect import check_bisect, plan_ladder, run_bisect
+    from kit.runtime.engine import client
 
     if plan:
         rungs, rows, nvlink = plan_ladder(target, image=image, overrides=overrides)
@@ -496,6 +497,7 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
             print_rows(console(), ("rung", "change", "action", "detail"), table)
         return
     check_bisect(target, image=image, overrides=overrides, fault=fault, budget_s=budget_s, start_at=start_at)
+    client()  # every rung after doctor runs in the engine: without one, one line before the header
     interruptible()
     view = BisectView(console(), as_json=as_json)
     if not as_json:
