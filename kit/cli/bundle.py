@@ -11,7 +11,7 @@ from rich.console import Console
 from kit.cli import cli
 from kit.cli.catalog import json_option
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import LINE, OUTPUT_FILE, PID
+from kit.cli.params import LINE, LOG_FILE, OUTPUT_FILE, PID
 from kit.errors import InputError
 from kit.output import show
 
@@ -24,7 +24,7 @@ def bundle() -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @bundle.command("create")
-@click.argument("ref", metavar="[RUN | CONTAINER]", required=False)
+@click.argument("ref", metavar="[RUN | CONTAINER]", type=LINE, required=False)
 @click.option("--last", is_flag=True, help="The newest run kit up / kit watch recorded.")
 @click.option(
     "--from-log", "from_log", type=LINE, metavar="FILE", help="A pasted log alone (needs --target)."
@@ -37,7 +37,7 @@ def bundle() -> None:
 )
 @click.option("--unit", type=LINE, metavar="NAME", help="A server running as systemd service NAME.")
 @click.option(
-    "--log", "log_file", type=LINE, metavar="FILE", help="With --pid/--unit: the server's log file."
+    "--log", "log_file", type=LOG_FILE, metavar="FILE", help="With --pid/--unit: the server's log file."
 )
 @click.option(
     "--target",

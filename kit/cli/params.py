@@ -6,10 +6,11 @@ option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.p
     FiniteFloat   seconds and budgets: a finite number in bounds (no nan, inf, 1e308, true)
     StrictInt     a whole number in bounds (no true, 1.0, 1_000)
     Pid           a running host process: a positive number that exists now
-    LimitValue    --deadline/--stall STAGE=SECONDS (the stages kit.logs.limits knows, finite seconds)
+    LimitValue    --deadline/--stall STAGE=SECONDS (kit.logs.limits.parse_limit_overrides, the one parser)
     SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
     InputFile     a file read whole (a CA bundle): regular, not empty, bounded
     Line          one line of printable text (names, paths): nothing a rendered file would split on
+    LogFile       --log FILE of a host server: a regular file, or none yet in a folder that exists
     OutputFile    -o FILE: a regular file or nothing yet, in a folder that exists (kit.files)
 """
 
@@ -27,6 +28,7 @@ from kit.spec import MAX_SECONDS
 
 WEEK_S = MAX_SECONDS  # the one bound on seconds (kit/spec.py), shared with the catalog and limits
 _WHOLE = re.compile(r"^[+-]?[0-9]+$")
+NAME_MAX = 255  # bytes in one part of a path (Linux's NAME_MAX)
 
 
 def refuse(param: click.Parameter | None, problem: str, fix: str) -> None:
@@ -52,6 +54,11 @@ class Line(click.ParamType):
         bad = control_character(text)
         if bad:
             refuse(param, f"a control character ({bad}) in {text!r}", "give one line of printable text")
+        if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in text.split("/")):
+            # No file, folder, container or unit has such a name; the OS would say ENAMETOOLONG.
+            refuse(
+                param, f"'{text[:40]}...' is too long for a name", f"at most {NAME_MAX} bytes between slashes"
+            )
         return text
 
 
@@ -127,21 +134,22 @@ class Pid(StrictInt):
 
 
 class LimitValue(click.ParamType):
-    """STAGE=SECONDS for --deadline and --stall; the value is kept as given (the commands parse it
-    again with kit.logs.limits.parse_limit_overrides, which now cannot fail)."""
+    """NAME=SECONDS for --deadline and --stall: checked as the command line is read by the one parser,
+    kit.logs.limits.parse_limit_overrides, over the stages it knows (or preflight's steps); the value
+    is kept as given and parsed again by the command, which then cannot fail."""
 
     name = "stage=seconds"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from kit.logs.limits import STAGES
+    def __init__(self, names: tuple[str, ...] | None = None, *, kind: str = "stage"):
+        self.names, self.kind = names, kind
+        self.name = f"{kind}=seconds"
 
-        text = str(value)
-        stage, sep, number = text.partition("=")
-        stage = stage.strip()
-        if not sep or stage not in STAGES:
-            refuse(param, f"'{text}' is not STAGE=SECONDS", f"stages: {', '.join(STAGES)}; e.g. init=600")
-        FiniteFloat(example=f"{stage}=600").convert(number, param, ctx)
-        return text
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from kit.logs.limits import STAGES, parse_limit_overrides
+
+        option = param.opts[0] if param is not None and param.opts else "--deadline"
+        parse_limit_overrides([str(value)], option, self.names or STAGES, kind=self.kind)
+        return str(value)
 
 
 class SetValue(click.ParamType):
@@ -202,7 +210,38 @@ class InputFile(click.ParamType):
         return path
 
 
+class LogFile(Line):
+    """--log FILE of a server on this host: a regular file, or none yet in a folder that exists (it is
+    followed like tail -F). A device, FIFO or folder is refused: /dev/zero would be read for ever, a
+    FIFO blocks the open, a folder is no log."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        import stat
+
+        text = super().convert(value, param, ctx)
+        example = "e.g. --log /var/log/sglang.log, the file the server writes"
+        if not text.strip():
+            refuse(param, "an empty file name", example)
+        path = Path(text)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            if not path.parent.is_dir():
+                refuse(param, f"no folder {path.parent}", example)
+            return text
+        except OSError as exc:
+            refuse(param, f"cannot read {text!r}: {exc.strerror or exc}", example)
+        if not stat.S_ISREG(mode):
+            kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a device"}
+            what = next((word for test, word in kinds.items() if test(mode)), "not a regular file")
+            refuse(param, f"{text} is {what}, not a log file", example)
+        return text
+
+
 LINE = Line()
+LOG_FILE = LogFile()
 SET_VALUE = SetValue()
 LIMIT_VALUE = LimitValue()
 PID = Pid()

@@ -17,10 +17,11 @@ from kit.cli import cli
 from kit.cli.catalog import image_option, json_option, set_option
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
-from kit.cli.params import WEEK_S, FiniteFloat
+from kit.cli.params import WEEK_S, FiniteFloat, LimitValue
 from kit.cli.signals import interruptible
 from kit.cli.up import fault_option
 from kit.output import console, emit_json, jsonable
+from kit.pivot.steps import ALL_STEPS
 
 _STYLE = {
     "pass": "green",
@@ -69,27 +70,6 @@ def lines_json_option(func):
         is_flag=True,
         help="Print JSON lines: one object per step as it happens, the result last.",
     )(func)
-
-
-def _deadlines(values: tuple[str, ...]) -> dict[str, float]:
-    from kit.errors import InputError
-    from kit.pivot.steps import ALL_STEPS
-
-    result: dict[str, float] = {}
-    for raw in values:
-        step, sep, number = raw.partition("=")
-        if not sep or step.strip() not in ALL_STEPS:
-            raise InputError("--deadline", f"'{raw}' is not STEP=SECONDS", f"steps: {', '.join(ALL_STEPS)}")
-        try:
-            seconds = float(number)
-        except ValueError:
-            raise InputError("--deadline", f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not 0 < seconds <= WEEK_S:  # nan and inf fail this too
-            raise InputError(
-                "--deadline", f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
-            )
-        result[step.strip()] = seconds
-    return result
 
 
 # -- preflight --------------------------------------------------------------------------------------
@@ -253,7 +233,13 @@ def print_preflight(result: Any, out: Console) -> None:
 @click.option(
     "--no-retry", is_flag=True, help="On a hang, do not run the step again with NCCL_P2P_DISABLE=1."
 )
-@click.option("--deadline", multiple=True, metavar="STEP=SECONDS", help="Override a step's deadline.")
+@click.option(
+    "--deadline",
+    type=LimitValue(ALL_STEPS, kind="step"),
+    multiple=True,
+    metavar="STEP=SECONDS",
+    help="Override a step's deadline.",
+)
 @fault_option("CPU rehearsal only, test-only: plant a fault (hang-init:rank=1, hang-p2p, ...).")
 @lines_json_option
 def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault, as_json) -> None:
@@ -266,12 +252,13 @@ def preflight(target, image, overrides, ranks, until, no_retry, deadline, fault,
     are read and the step runs again with NCCL_P2P_DISABLE=1, so the verdict says "P2P" or "not P2P".
     A step whose ranks crash or whose check says no is FAILED.
     """
-    from kit.pivot.preflight import host_has_gpus, preflight_spec, run_preflight
+    from kit.logs.limits import parse_limit_overrides
+    from kit.pivot.preflight import check_preflight, host_has_gpus, preflight_spec, run_preflight
 
     gpus = host_has_gpus() if target is None and image is None else False
     spec = preflight_spec(target, image=image, overrides=overrides, host_has_gpus=gpus)
-    count = ranks or spec.ranks
-    step_deadlines = _deadlines(deadline)  # a bad one is one line, before the header is printed
+    count = check_preflight(spec, ranks=ranks, until=until, fault=fault)  # before the header
+    step_deadlines = parse_limit_overrides(deadline, "--deadline", ALL_STEPS, kind="step")  # checked by click
     interruptible()
     title = f"kit preflight {spec.target} ({spec.image}, {count} ranks)" + (
         f", fault {fault}" if fault else ""
@@ -496,7 +483,8 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
     says no is FAILED, a start CRASHED, HUNG or DEADLINE); DEADLINE too when the budget ran out
     first. Nothing is left running. With --plan, --json prints one document ("type": "plan").
     """
-    from kit.pivot.bisect import plan_ladder, run_bisect
+    from kit.pivot.bisect import check_bisect, plan_ladder, run_bisect
+    from kit.runtime.engine import client
 
     if plan:
         rungs, rows, nvlink = plan_ladder(target, image=image, overrides=overrides)
@@ -508,6 +496,8 @@ def bisect(target, image, overrides, budget_s, start_at, fault, plan, as_json) -
             table = [(r.rung, r.change, r.action, r.detail) for r in rows]
             print_rows(console(), ("rung", "change", "action", "detail"), table)
         return
+    check_bisect(target, image=image, overrides=overrides, fault=fault, budget_s=budget_s, start_at=start_at)
+    client()  # every rung after doctor runs in the engine: without one, one line before the header
     interruptible()
     view = BisectView(console(), as_json=as_json)
     if not as_json:

@@ -41,6 +41,7 @@ def smoke(
     from kit.model import require_model
     from kit.startup import limits_from_spec
     from kit.startup.prepare import prepare_launch
+    from kit.startup.server import check_start
     from kit.testing.smoke import run_smoke
 
     spec = prepare_launch(target, image=image, overrides=overrides, validate=not no_validate)
@@ -60,6 +61,7 @@ def smoke(
         else None
     )
     api_key_from_env(spec, required=bool(spec.api_key_env))
+    check_start(spec, fault=fault)  # the fault switch, the engine, the image, the GPUs: before the header
     out = console()
     interruptible()  # Ctrl-C and SIGTERM unwind through run_smoke's cleanup: no container stays
 

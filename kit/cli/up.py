@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
-from kit.cli.params import LIMIT_VALUE, LINE, PID
+from kit.cli.params import LIMIT_VALUE, LINE, LOG_FILE, PID
 from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
@@ -129,7 +133,7 @@ def no_validate_option(func):
 
 def fault_option(help: str):
     """The test-only switch of the CPU rehearsal: hidden from help, still taken."""
-    return click.option("--fault", metavar="FAULT", hidden=True, help=help)
+    return click.option("--fault", type=LINE, metavar="FAULT", hidden=True, help=help)  # into an env var
 
 
 @exits(*VERDICT_EXITS, json=LINES)
@@ -173,13 +177,16 @@ def up(
     from kit.startup import run_up
     from kit.startup.live import LiveView
     from kit.startup.prepare import prepare_launch, proxy_warnings
+    from kit.startup.server import check_start
 
+    # Every check of the input and the host before any output: bad input or no engine is one line.
     spec = with_gpus(prepare_launch(target, image=image, overrides=overrides, validate=not no_validate), gpus)
     require_model(spec)  # a missing model: one line with the fetch command, before any container
-    for line in proxy_warnings(spec, read_client_proxy_env()):  # stderr: --json stays clean
-        err_console().print(line, markup=False, highlight=False)
     api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
+    check_start(spec, fault=fault)  # the fault switch, the engine, the image, the GPUs
+    for line in proxy_warnings(spec, read_client_proxy_env()):  # stderr: --json stays clean
+        err_console().print(line, markup=False, highlight=False)
     interruptible()
     title = f"kit up {spec.target} ({spec.image}, {spec.ranks} ranks)" + (f", fault {fault}" if fault else "")
     with LiveView(console(), title=title, as_json=as_json, load_bytes=_load_bytes(spec)) as view:
@@ -216,7 +223,7 @@ def up(
 @click.option(
     "--log",
     "log_file",
-    type=LINE,
+    type=LOG_FILE,
     metavar="FILE",
     help="With --pid/--unit: the server's log file (followed like tail -F).",
 )
@@ -263,107 +270,100 @@ def watch(
     on-failure`) a crash is not the end: the watch follows the next launch attempt, up to
     --attempts, and judges the last one. --first-token times one chat request at READY, as `kit up`
     does by default. --serve keeps watching after READY (never stopping the server)."""
+    from kit.startup.host import HostWatch
+
+    follow = Follow(first_token, max_attempts, as_json, deadline, stall, strict, serve)
+    if pid is not None or unit is not None or log_file:  # HostWatch: exactly one of --pid, --unit
+        _watch_host(HostWatch(pid=pid, unit=unit, log=log_file), container, image, target, follow)
+    else:
+        _watch_container(container, image, target, follow)
+
+
+@dataclasses.dataclass(frozen=True)
+class Follow:
+    """How `kit watch` follows what it found, the same for a container and for host processes."""
+
+    first_token: bool
+    max_attempts: int
+    as_json: bool
+    deadline: tuple[str, ...]
+    stall: tuple[str, ...]
+    strict: bool
+    serve: Any  # kit.logs.serving.ServingLimits, or None without --serve
+
+    def limits(self, spec):
+        """The target's limits with --deadline/--stall, or the tracker's defaults without a target."""
+        if spec is not None:
+            return _limits(spec, self.deadline, self.stall)
+        from kit.startup import parse_limit_overrides
+        from kit.startup.host import default_limits
+
+        return default_limits(
+            parse_limit_overrides(self.deadline, "--deadline"), parse_limit_overrides(self.stall, "--stall")
+        )
+
+    def run(self, title: str, spec, watch: Callable[..., Any], *, container: bool = True) -> None:
+        """The live view over `watch(limits, **how)`, then the verdict (and its exit code)."""
+        from kit.startup.live import LiveView
+
+        limits = self.limits(spec)
+        interruptible()
+        load_bytes = _load_bytes(spec) if spec is not None else None
+        with LiveView(console(), title=title, as_json=self.as_json, load_bytes=load_bytes) as view:
+            result = watch(
+                limits,
+                on_progress=view.update,
+                first_token=self.first_token,
+                max_attempts=self.max_attempts,
+                deadline_policy=_policy(self.strict),
+                serve=self.serve,
+                on_serving=view.serving,
+            )
+        _finish(result, self.as_json, container=container)
+
+
+def _watch_container(container: str | None, image: str | None, target: str | None, follow: Follow) -> None:
+    """kit watch CONTAINER: its labels name the target and image unless --target/--image do."""
     from kit.errors import InputError
     from kit.launch import resolve
-
-    if pid is not None or unit is not None or log_file:
-        _watch_host(
-            container,
-            pid,
-            unit,
-            log_file,
-            target,
-            image,
-            first_token,
-            max_attempts,
-            as_json,
-            deadline,
-            stall,
-            strict,
-            serve=serve,
-        )
-        return
-    if not container:
-        raise InputError("CONTAINER", "nothing to watch", "name a container, or pass --pid N or --unit NAME")
     from kit.runtime.engine import LABEL_IMAGE, LABEL_TARGET
     from kit.runtime.server import attach
     from kit.startup import run_watch
-    from kit.startup.live import LiveView
 
+    if not container:
+        raise InputError("CONTAINER", "nothing to watch", "name a container, or pass --pid N or --unit NAME")
     labels = attach(container).labels
     target = target or labels.get(LABEL_TARGET)
     if not target:
         raise InputError("--target", f"container {container} has no {LABEL_TARGET} label", "pass --target")
     spec = resolve(target, image=image or labels.get(LABEL_IMAGE))
-    limits = _limits(spec, deadline, stall)
-    interruptible()
-    title = f"kit watch {container} ({spec.target})"
-    with LiveView(console(), title=title, as_json=as_json, load_bytes=_load_bytes(spec)) as view:
-        result = run_watch(
-            container,
-            spec,
-            limits,
-            on_progress=view.update,
-            first_token=first_token,
-            max_attempts=max_attempts,
-            deadline_policy=_policy(strict),
-            serve=serve,
-            on_serving=view.serving,
-        )
-    _finish(result, as_json)
+    follow.run(
+        f"kit watch {container} ({spec.target})",
+        spec,
+        lambda limits, **how: run_watch(container, spec, limits, **how),
+    )
 
 
-def _watch_host(
-    container,
-    pid,
-    unit,
-    log_file,
-    target,
-    image,
-    first_token,
-    max_attempts,
-    as_json,
-    deadline,
-    stall,
-    strict,
-    serve=None,
-):
-    """kit watch --pid/--unit: the host source's flow (kit/startup/host.py)."""
+def _watch_host(what, container: str | None, image: str | None, target: str | None, follow: Follow) -> None:
+    """kit watch --pid/--unit: the host source's flow (kit/startup/host.py), opened (the process, its
+    log, systemd) before the header is printed."""
     from kit.errors import InputError
     from kit.launch import resolve
-    from kit.startup import parse_limit_overrides
-    from kit.startup.host import HostWatch, default_limits, run_watch_host
-    from kit.startup.live import LiveView
+    from kit.startup.host import open_host_watch, run_watch_host
 
     if container:
         raise InputError("CONTAINER", "a container and --pid/--unit were both given", "give one of them")
     if image:
         raise InputError("--image", "a host process runs no kit image", "drop --image (kit repro picks one)")
-    what = HostWatch(pid=pid, unit=unit, log=log_file)  # exactly one of --pid, --unit
     spec = resolve(target) if target else None
-    if spec is not None:
-        limits = _limits(spec, deadline, stall)
-    else:
-        limits = default_limits(
-            parse_limit_overrides(deadline, "--deadline"), parse_limit_overrides(stall, "--stall")
-        )
-    interruptible()
-    shown = f"pid {pid}" if pid is not None else unit
-    title = f"kit watch {shown} ({spec.target if spec else 'default limits'})"
-    load_bytes = _load_bytes(spec) if spec is not None else None
-    with LiveView(console(), title=title, as_json=as_json, load_bytes=load_bytes) as view:
-        result = run_watch_host(
-            what,
+    shown = f"pid {what.pid}" if what.pid is not None else what.unit
+    with open_host_watch(what, spec) as opened:
+        follow.run(
+            f"kit watch {shown} ({spec.target if spec else 'default limits'})",
             spec,
-            limits,
-            on_progress=view.update,
-            first_token=first_token,
-            max_attempts=max_attempts,
-            deadline_policy=_policy(strict),
-            serve=serve,
-            on_serving=view.serving,
+            lambda limits, **how: run_watch_host(opened, spec, limits, **how),
+            container=False,
         )
-    _finish(result, as_json, container=False)
 
 
 @exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)

@@ -4,7 +4,8 @@ Here, beside PhaseLimits, so that start-up, bundles and replays all read it from
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
 from kit.errors import InputError
 from kit.logs import PhaseLimits, StageSeconds
@@ -17,23 +18,39 @@ _LAUNCH_DEADLINE_S = 600.0
 _LAUNCH_STALL_S = 180.0
 
 
-def parse_limit_overrides(values: Iterable[str], option: str) -> dict[str, float]:
-    """['init=30', 'load=600'] -> {'init': 30.0, 'load': 600.0}; bad input names the option."""
+# Seconds as digits: `nan`, `inf`, `true`, `1_000` and `0x10` are refused, not read by float().
+_SECONDS = re.compile(r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[+-]?[0-9]+)?")
+
+
+def parse_limit_overrides(
+    values: Iterable[str], option: str, names: Sequence[str] = STAGES, *, kind: str = "stage"
+) -> dict[str, float]:
+    """['init=30', 'load=600'] -> {'init': 30.0, 'load': 600.0}: the one parser of NAME=SECONDS
+    (--deadline and --stall of up/watch/smoke, preflight's --deadline over its steps). Bad input is
+    an InputError naming the option, worded as kit/cli/params.py words every value."""
     result: dict[str, float] = {}
+    syntax = f"{kind.upper()}=SECONDS"
+    example = "init" if "init" in names else names[0]
     for raw in values:
-        stage, sep, number = raw.partition("=")
-        stage = stage.strip()
-        if not sep or stage not in STAGES:
-            raise InputError(option, f"'{raw}' is not STAGE=SECONDS", f"stages: {', '.join(STAGES)}")
-        try:
-            seconds = float(number)
-        except ValueError:
-            raise InputError(option, f"'{number}' is not a number of seconds", "e.g. init=30") from None
-        if not 0 < seconds <= MAX_SECONDS:  # nan compares false: refused here too, as is inf
+        name, sep, number = raw.partition("=")
+        name = name.strip()
+        if not sep or name not in names:
             raise InputError(
-                option, f"'{raw}': seconds must be finite, more than 0, at most a week", "e.g. init=30"
+                option, f"'{raw}' is not {syntax}", f"{kind}s: {', '.join(names)}; e.g. {example}=600"
             )
-        result[stage] = seconds
+        text = number.strip()
+        if not _SECONDS.fullmatch(text.lower()):
+            raise InputError(
+                option, f"'{number}' is not a number of seconds", f"a finite number, e.g. {name}=600"
+            )
+        seconds = float(text)
+        if not 0 < seconds <= MAX_SECONDS:
+            raise InputError(
+                option,
+                f"{seconds:g} is out of range",
+                f"more than 0 and at most {MAX_SECONDS:g}, e.g. {name}=600",
+            )
+        result[name] = seconds
     return result
 
 

@@ -212,6 +212,27 @@ def fix_commands(target: str, variant: Variant, own_image: str) -> tuple[str, st
     return green, again
 
 
+def check_bisect(
+    target: str,
+    *,
+    image: str | None = None,
+    overrides: tuple[str, ...] = (),
+    fault: str | None = None,
+    budget_s: float | None = None,
+    start_at: str = "doctor",
+) -> tuple[Rung, ...]:
+    """Every input check of a bisect, run before anything (the CLI asks it before its header): the
+    rung, the budget, the target, image and --set of each rung, the fault switch. Its rungs."""
+    if start_at not in RUNGS:
+        raise InputError("--from", f"unknown rung '{start_at}'", f"rungs: {', '.join(RUNGS)}")
+    if budget_s is not None and budget_s <= 0:
+        raise InputError("--budget", f"{budget_s:g} s", "give more than 0 seconds")
+    rungs = plan_rungs(target, image, overrides)
+    if fault and resolve_full(target, image=image, overrides=overrides).spec.device != "cpu":
+        raise InputError("--fault", "faults exist only in the CPU rehearsal image", "use the tiny target")
+    return rungs
+
+
 def run_bisect(
     target: str,
     *,
@@ -223,13 +244,9 @@ def run_bisect(
     observer: Observer | None = None,
     on_trial: Callable[[Trial], None] = lambda trial: None,
 ) -> BisectResult:
-    if start_at not in RUNGS:
-        raise InputError("--from", f"unknown rung '{start_at}'", f"rungs: {', '.join(RUNGS)}")
-    if budget_s is not None and budget_s <= 0:
-        raise InputError("--budget", f"{budget_s:g} s", "give more than 0 seconds")
-    rungs = plan_rungs(target, image, overrides)
-    if fault and resolve_full(target, image=image, overrides=overrides).spec.device != "cpu":
-        raise InputError("--fault", "faults exist only in the CPU rehearsal image", "use the tiny target")
+    rungs = check_bisect(
+        target, image=image, overrides=overrides, fault=fault, budget_s=budget_s, start_at=start_at
+    )
     from kit.runtime.engine import image_exists
 
     runners = _Runners(fault, observer or QuietObserver())

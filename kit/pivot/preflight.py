@@ -409,6 +409,26 @@ def _p2p_off(env: dict[str, str]) -> bool:
     return env.get("NCCL_P2P_DISABLE", "0").strip() not in ("", "0")
 
 
+def check_preflight(
+    spec: LaunchSpec, *, ranks: int | None = None, until: str | None = None, fault: str | None = None
+) -> int:
+    """Every check run_preflight makes before it starts anything (the CLI asks them before its
+    header): --tp, --until, the fault switch, then the engine and the image. The ranks to run."""
+    ranks = ranks or spec.ranks
+    if ranks < 1:
+        raise InputError("--tp", f"{ranks} ranks", "use 1 or more")
+    if spec.device == "cuda" and spec.gpus and ranks > spec.gpus:
+        raise InputError("--tp", f"{ranks} ranks but the target has {spec.gpus} GPUs", "lower --tp")
+    if until is not None and until not in STEPS:
+        raise InputError("--until", f"unknown step '{until}'", f"steps: {', '.join(STEPS)}")
+    run_environment(spec, fault, {})  # bad input first, before the engine is asked
+    if not image_exists(spec.image_ref):
+        raise EnvironmentProblem(
+            f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
+        )
+    return ranks
+
+
 def run_preflight(
     spec: LaunchSpec,
     *,
@@ -421,19 +441,9 @@ def run_preflight(
     on_start: Callable[[str], None] | None = None,
 ) -> PreflightResult:
     """Run the preflight for SPEC's image and container settings; see the module's docstring."""
-    ranks = ranks or spec.ranks
-    if ranks < 1:
-        raise InputError("--tp", f"{ranks} ranks", "use 1 or more")
-    if spec.device == "cuda" and spec.gpus and ranks > spec.gpus:
-        raise InputError("--tp", f"{ranks} ranks but the target has {spec.gpus} GPUs", "lower --tp")
-    if until is not None and until not in STEPS:
-        raise InputError("--until", f"unknown step '{until}'", f"steps: {', '.join(STEPS)}")
-    environment, added = run_environment(spec, fault, {})  # bad input first, before the engine is asked
+    ranks = check_preflight(spec, ranks=ranks, until=until, fault=fault)
+    environment, added = run_environment(spec, fault, {})
     plan = device_plan(spec.device, deadlines)
-    if not image_exists(spec.image_ref):
-        raise EnvironmentProblem(
-            f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
-        )
     session = runtime.new_session_id()
     began = time.monotonic()
     base = {

@@ -77,16 +77,21 @@ def run_labels() -> dict[str, str]:
     return labels
 
 
+def require_image(spec: LaunchSpec) -> None:
+    """The engine answers and holds the target's image (EnvironmentProblem with the fix if not)."""
+    if not image_exists(spec.image_ref):
+        raise EnvironmentProblem(
+            f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
+        )
+
+
 def start_container(
     spec: LaunchSpec, runs: Sequence[tuple[Any, dict]], *, name: str, session: str
 ) -> RunningServer:
     """Start the first of RUNS the engine accepts: (GPU way or None, containers.run keyword arguments),
     best first. A way the engine refuses (no such runtime, device driver or CDI device) is removed
     and the next tried; when none starts, EnvironmentProblem lists what the engine said to each."""
-    if not image_exists(spec.image_ref):
-        raise EnvironmentProblem(
-            f"image {spec.image_ref} not built", hint=f"run 'kit image build {spec.image}'"
-        )
+    require_image(spec)
     refused: list[str] = []
     for way, kwargs in runs:
         described = getattr(way, "describe", None)

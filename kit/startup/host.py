@@ -20,7 +20,7 @@ from kit.output import jsonable
 from kit.runtime import processes as procs
 from kit.runtime.host_source import HostSource
 from kit.runtime.http import chat_first_token
-from kit.runtime.nvml import open_nvml, read_inventory
+from kit.runtime.nvml import NvmlGpus, open_nvml, read_inventory
 from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
@@ -67,8 +67,53 @@ def _ended_message(exception: str | None, source: HostSource) -> str | None:
     return f"the server ({source.name}) {rest}"
 
 
+@dataclasses.dataclass
+class OpenedHost:
+    """A host watch's source, opened: every check of --pid/--unit/--log made (the process is there,
+    its log can be followed, systemd answers), so `kit watch` prints nothing before they pass. Close
+    it (a `with` block) whether or not it was followed."""
+
+    what: HostWatch
+    source: HostSource
+    gpus: NvmlGpus | None
+    device: str
+    launcher: int | None  # the SGLang launcher under a wrapper PID, when one was found
+    argv: list[str] | None
+
+    closed: bool = False
+
+    def __enter__(self) -> OpenedHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.source.close()
+            if self.gpus is not None:
+                self.gpus.close()
+
+
+def open_host_watch(what: HostWatch, spec) -> OpenedHost:
+    """Open what `what` names: its processes, its log (file or journal) and, for a CUDA server, NVML."""
+    # A wrapper PID (docker-init, tini, a shell, uv run, conda run) leads to the launcher under it.
+    launcher = procs.find_launcher(what.pid) if what.pid is not None else None
+    argv = procs.read_cmdline(launcher or what.pid) if what.pid is not None else None
+    device = spec.device if spec is not None else _device(argv)
+    gpus = open_nvml() if device == "cuda" else None
+    try:
+        source = what.source(gpus=gpus)
+    except BaseException:
+        if gpus is not None:
+            gpus.close()
+        raise
+    return OpenedHost(what, source, gpus, device, launcher, argv)
+
+
 def run_watch_host(
-    what: HostWatch,
+    opened: OpenedHost,
     spec,
     limits: PhaseLimits,
     *,
@@ -79,16 +124,13 @@ def run_watch_host(
     serve: ServingLimits | None = None,
     on_serving: OnChange | None = None,
 ) -> UpResult:
-    """Follow host processes to a verdict; on one other than READY record the runs folder and bundle.
-    A stage past its deadline is reported and followed on unless `deadline_policy` says VERDICT.
-    With `serve`, a READY server is then watched while it serves (never stopped)."""
-    # A wrapper PID (docker-init, tini, a shell, uv run, conda run) leads to the launcher under it.
-    launcher = procs.find_launcher(what.pid) if what.pid is not None else None
-    argv = procs.read_cmdline(launcher or what.pid) if what.pid is not None else None
-    device = spec.device if spec is not None else _device(argv)
-    gpus = open_nvml() if device == "cuda" else None
+    """Follow opened host processes to a verdict; on one other than READY record the runs folder and
+    bundle. A stage past its deadline is reported and followed on unless `deadline_policy` says
+    VERDICT. With `serve`, a READY server is then watched while it serves (never stopped). `opened`
+    is closed on the way out."""
+    what, source, gpus, device = opened.what, opened.source, opened.gpus, opened.device
+    launcher, argv = opened.launcher, opened.argv
     inventory = gpus.inventory() if gpus is not None else read_inventory()
-    source = what.source(gpus=gpus)
     main = source.where.main_pid()
     if main is not None and launcher is None:
         launcher = procs.find_launcher(main)  # a unit's MainPID is often the shell
@@ -148,9 +190,7 @@ def run_watch_host(
             )
         return result
     finally:
-        source.close()
-        if gpus is not None:
-            gpus.close()
+        opened.close()
 
 
 def _launch_facts(argv: list[str]):
@@ -190,4 +230,4 @@ def _first_token(result: UpResult, argv: list[str], limits: PhaseLimits) -> UpRe
     )
 
 
-__all__ = ["HostWatch", "default_limits", "run_watch_host"]
+__all__ = ["HostWatch", "OpenedHost", "default_limits", "open_host_watch", "run_watch_host"]

@@ -32,7 +32,10 @@ def test_parse_limit_overrides_reads_stage_equals_seconds():
     assert parse_limit_overrides(["init=30", "load=600.5"], "--deadline") == {"init": 30.0, "load": 600.5}
 
 
-@pytest.mark.parametrize("bad", ["init", "nope=3", "init=abc", "init=0", "init=-1", "=3"])
+@pytest.mark.parametrize(
+    "bad", ["init", "nope=3", "init=abc", "init=0", "init=-1", "=3", "init=nan", "init=inf", "init=1e308",
+            "init=true", "init=1_000", "init=0x10"]
+)  # fmt: skip
 def test_bad_overrides_name_the_option_and_the_fix(bad):
     with pytest.raises(InputError) as info:
         parse_limit_overrides([bad], "--stall")
@@ -48,3 +51,29 @@ def test_any_override_text_parses_or_raises_input_error(values):
         return
     assert set(parsed) <= set(STAGES)
     assert all(v > 0 for v in parsed.values())
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("init", "--stall: 'init' is not STAGE=SECONDS (stages: launch, init,"),
+        ("init=nan", "--stall: 'nan' is not a number of seconds (a finite number, e.g. init=600)"),
+        ("load=0", "--stall: 0 is out of range (more than 0 and at most 604800, e.g. load=600)"),
+    ],
+)
+def test_bad_overrides_are_worded_as_every_cli_value_is(raw, said):
+    with pytest.raises(InputError) as info:
+        parse_limit_overrides([raw], "--stall")
+    assert info.value.one_line().startswith(said)
+
+
+def test_the_same_parser_reads_preflights_steps():
+    from kit.pivot.steps import ALL_STEPS
+
+    assert parse_limit_overrides(["p2p=30", " sweep = 1.5 "], "--deadline", ALL_STEPS, kind="step") == {
+        "p2p": 30.0,
+        "sweep": 1.5,
+    }
+    with pytest.raises(InputError) as info:
+        parse_limit_overrides(["load=30"], "--deadline", ALL_STEPS, kind="step")
+    assert "'load=30' is not STEP=SECONDS (steps: launch, setup, init" in info.value.one_line()

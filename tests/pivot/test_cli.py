@@ -18,7 +18,15 @@ from pivot_helpers import run_cli
         (["preflight", "tiny", "--deadline", "init"], "kit: error: --deadline: 'init' is not STEP=SECONDS"),
         (
             ["preflight", "tiny", "--deadline", "init=-1"],
-            "kit: error: --deadline: 'init=-1': seconds must be finite, more than 0",
+            "kit: error: --deadline: -1 is out of range (more than 0 and at most 604800, e.g. init=600)",
+        ),
+        (
+            ["preflight", "tiny", "--deadline", "p2p=nan"],
+            "kit: error: --deadline: 'nan' is not a number of seconds (a finite number, e.g. p2p=600)",
+        ),
+        (
+            ["preflight", "tiny", "--deadline", "load=30"],  # a stage of kit up, not a preflight step
+            "kit: error: --deadline: 'load=30' is not STEP=SECONDS (steps: launch, setup, init,",
         ),
         (["preflight", "tiny", "--until", "later"], "kit: error: Invalid value for '--until'"),
         (
