@@ -42,9 +42,10 @@ def start_server(
     the engine accepts (GPU request, CDI devices, nvidia runtime); SYS_PTRACE unless diagnose=False."""
     session = session or runtime.new_session_id()
     name = f"kit-{spec.target}-{session}"
+    plan = _gpu_plan(spec)  # asked first, as check_start asks it
     runs = server_runs(
         spec,
-        _gpu_plan(spec),
+        plan,
         name=name,
         environment=runtime.server_environment(spec, fault),
         labels={**runtime.run_labels(), LABEL_SESSION: session},
