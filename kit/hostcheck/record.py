@@ -94,6 +94,28 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def stop_rehearsal(rehearsal: subprocess.Popen, console) -> bool:
+    """Kill the rehearsal's process group (the watch never signals it), wait for it, close its console
+    file. Whether it is gone now."""
+    kill_group(rehearsal.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        rehearsal.wait(10)
+    console.close()
+    return rehearsal.poll() is not None
+
+
+def keep_watch(jsonl: Path, lines: list[str], meta: dict, tails: list[tuple[str, Path, int]]) -> None:
+    """Append the watch's JSON lines and META to JSONL (what comes back from the device), then print
+    the last characters of each (heading, file, characters) for the call's output."""
+    with jsonl.open("a", encoding="utf-8") as out_file:
+        for line in lines:
+            out_file.write(line + "\n")
+        out_file.write(json.dumps(jsonable(meta)) + "\n")
+    for heading, path, chars in tails:
+        print(heading)
+        print(path.read_text(errors="replace")[-chars:] if path.exists() else "(none)")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,6 @@ for the quiet control; tests/runtime/test_gpu_shapes.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 from kit.hostcheck.judge import compile_seen, judge_compile, judge_stall, result_line
-from kit.hostcheck.record import ROOT, dump_json, jsonable, kill_group, remember_pgid, sh
+from kit.hostcheck.record import ROOT, dump_json, keep_watch, remember_pgid, sh, stop_rehearsal
 from kit.hostcheck.watch import watch_to_verdict
 
 SHAPES = Path(__file__).resolve().parent / "rehearsal" / "shapes.py"
@@ -39,7 +38,8 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
     report = work / f"shape-{mode}.report.jsonl"
     for path in (log, report):
         path.unlink(missing_ok=True)
-    console = (work / f"shape-{mode}.out").open("w")
+    console_path = work / f"shape-{mode}.out"
+    console = console_path.open("w")
     started_wall = time.time()
     rehearsal = subprocess.Popen(
         [sys.executable, str(SHAPES), "--log", str(log), "--mode", mode, "--report", str(report), *extra],
@@ -82,19 +82,9 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         meta["rehearsal_phases"] = phases
         return {"result": result, "code": code, "result_at": result_at, "lines": lines, "meta": meta}
     finally:
-        kill_group(rehearsal.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            rehearsal.wait(10)
-        console.close()
-        meta["killed_by_check"] = rehearsal.poll() is not None
-        with (Path(args.out) / "shapes.jsonl").open("a", encoding="utf-8") as out_file:
-            for line in lines:
-                out_file.write(line + "\n")
-            out_file.write(json.dumps(jsonable(meta)) + "\n")
-        print(f"--- shape {mode} log:")
-        print(log.read_text(errors="replace")[-3000:] if log.exists() else "(none)")
-        print(f"--- shape {mode} console:")
-        print((work / f"shape-{mode}.out").read_text(errors="replace")[-3000:])
+        meta["killed_by_check"] = stop_rehearsal(rehearsal, console)
+        tails = [(f"--- shape {mode} log:", log, 3000), (f"--- shape {mode} console:", console_path, 3000)]
+        keep_watch(Path(args.out) / "shapes.jsonl", lines, meta, tails)
 
 
 def alive_line(run: dict, mode: str) -> tuple[str, str]:
@@ -104,20 +94,23 @@ def alive_line(run: dict, mode: str) -> tuple[str, str]:
     return "error", f"{mode}: the watched process was gone after the watch: {alive or 'no process'}"
 
 
+def _stall_step(args, status, mode: str, stage: str, window: float, said: str = "") -> None:
+    """A shape that must be HUNG in STAGE within its stall WINDOW, its process alive afterwards."""
+    stall = ["--stall", "launch=60", "--stall", f"{stage}={window}"]
+    run = run_watch(args, mode, stall, args.watch_limit, [])
+    state, head = judge_stall(run["result"], run["code"], mode)
+    status.add(state, f"{head} [after {run['result_at']} s{said}]")
+    status.add(*alive_line(run, mode))
+
+
 def step_spin(args, status) -> None:
-    stall = ["--stall", "launch=60", "--stall", f"init={args.stall}"]
-    run = run_watch(args, "spin", stall, args.watch_limit, [])
-    state, head = judge_stall(run["result"], run["code"], "spin")
-    status.add(state, f"{head} [after {run['result_at']} s]")
-    status.add(*alive_line(run, "spin"))
+    _stall_step(args, status, "spin", "init", args.stall)
 
 
 def step_quiet(args, status) -> None:
-    stall = ["--stall", "launch=60", "--stall", f"capture={args.capture_stall}"]
-    run = run_watch(args, "quiet", stall, args.watch_limit, [])
-    state, head = judge_stall(run["result"], run["code"], "quiet")
-    status.add(state, f"{head} [after {run['result_at']} s, capture window {args.capture_stall} s]")
-    status.add(*alive_line(run, "quiet"))
+    _stall_step(
+        args, status, "quiet", "capture", args.capture_stall, f", capture window {args.capture_stall} s"
+    )
 
 
 def step_compile(args, status) -> None:

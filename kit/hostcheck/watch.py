@@ -6,7 +6,6 @@ watch_to_verdict runs `kit watch` to its end for these and the shape steps alike
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import signal
 import subprocess
@@ -16,7 +15,15 @@ import time
 from pathlib import Path
 
 from kit.hostcheck.judge import judge_watch, result_line
-from kit.hostcheck.record import MIB, Status, free_port, jsonable, kill_group, remember_pgid
+from kit.hostcheck.record import (
+    MIB,
+    Status,
+    free_port,
+    jsonable,
+    keep_watch,
+    remember_pgid,
+    stop_rehearsal,
+)
 
 REHEARSAL = Path(__file__).resolve().parent / "rehearsal" / "hang.py"
 
@@ -71,7 +78,8 @@ def step_watch(args, status: Status, mode: str) -> None:
     work, out = Path(args.work), Path(args.out)
     log = work / f"rehearsal-{mode}.log"
     log.unlink(missing_ok=True)
-    console = (work / f"rehearsal-{mode}.out").open("w")
+    console_path = work / f"rehearsal-{mode}.out"
+    console = console_path.open("w")
     port = free_port()
     rehearsal = subprocess.Popen(
         [
@@ -163,15 +171,9 @@ def step_watch(args, status: Status, mode: str) -> None:
             else:
                 status.finding(f"hang: the bundle is {size} bytes, too big to bring back")
     finally:
-        kill_group(rehearsal.pid)
-        with contextlib.suppress(Exception):
-            rehearsal.wait(10)
-        console.close()
-        with jsonl.open("a", encoding="utf-8") as out_file:
-            for line in lines:
-                out_file.write(line + "\n")
-            out_file.write(json.dumps(jsonable(meta)) + "\n")
-        print(f"--- rehearsal {mode} log ({log}):")
-        print(log.read_text(errors="replace")[-6000:] if log.exists() else "(none)")
-        print(f"--- rehearsal {mode} console:")
-        print((work / f"rehearsal-{mode}.out").read_text(errors="replace")[-4000:])
+        stop_rehearsal(rehearsal, console)
+        tails = [
+            (f"--- rehearsal {mode} log ({log}):", log, 6000),
+            (f"--- rehearsal {mode} console:", console_path, 4000),
+        ]
+        keep_watch(jsonl, lines, meta, tails)
