@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from log_text_strategies import wrapped_logs
 
 from kit.logs import LogParser, Milestone, Rank, analyze_text, parse_text
 from kit.logs.wrappers import line_body
@@ -54,14 +55,7 @@ WRAPPERS = [
 ]
 
 lines = st.one_of(st.sampled_from(REALISTIC), st.text(max_size=80))
-wrapped = st.tuples(st.lists(st.sampled_from(WRAPPERS), max_size=3), lines).map(
-    lambda p: "".join(p[0]) + p[1]
-)
-texts = st.tuples(
-    st.lists(st.one_of(lines, wrapped), max_size=40),
-    st.sampled_from(["\n", "\r\n"]),
-    st.booleans(),
-).map(lambda p: p[1].join(p[0]) + (p[1] if p[2] else ""))
+texts = wrapped_logs(lines, WRAPPERS, max_wrappers=3, max_lines=40)
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

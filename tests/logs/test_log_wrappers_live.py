@@ -20,6 +20,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from log_text_strategies import wrapped_logs
 
 from kit.logs import PhaseLimits
 from kit.logs import wrappers as wrappers_module
@@ -208,14 +209,7 @@ COLLECTOR = [w.example for w in wrappers_module.wrappers()] + [
     "(pid=123) ",
 ]
 line_shapes = st.one_of(st.sampled_from(SGLANG_LINES), st.text(max_size=60))
-wrapped_lines = st.tuples(st.lists(st.sampled_from(COLLECTOR), max_size=2), line_shapes).map(
-    lambda p: "".join(p[0]) + p[1]
-)
-logs = st.tuples(
-    st.lists(st.one_of(line_shapes, wrapped_lines), max_size=60),
-    st.sampled_from(["\n", "\r\n"]),
-    st.booleans(),
-).map(lambda p: p[1].join(p[0]) + (p[1] if p[2] else ""))
+logs = wrapped_logs(line_shapes, COLLECTOR, max_wrappers=2, max_lines=60)
 # One wrapper on every line: a log as a collector writes it.
 collected = st.tuples(st.sampled_from(COLLECTOR), st.lists(st.sampled_from(SGLANG_LINES), max_size=60)).map(
     lambda p: "".join(p[0] + line + "\n" for line in p[1])
