@@ -8,6 +8,7 @@ read from the caller's environment at run time and never written anywhere.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -17,6 +18,15 @@ PHASES = ("init", "load", "memory", "capture", "warmup")
 # the CLI and the limits parser (a larger value, inf or nan, is a typo, not a plan).
 MAX_SECONDS = 7 * 24 * 3600.0
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+# Seconds as digits: `nan`, `inf`, `true`, `1_000` and `0x10` are refused, not read as float() reads them.
+_SECONDS_WRITTEN = re.compile(r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[+-]?[0-9]+)?")
+
+
+def seconds_written(text: str) -> float | None:
+    """TEXT as a number written in digits (`600`, `1.5`, `.5`, `2e3`; it may still overflow to inf),
+    else None: the one reading of seconds for the CLI's options and the NAME=SECONDS limits."""
+    text = text.strip()
+    return float(text) if _SECONDS_WRITTEN.fullmatch(text.lower()) else None
 
 
 class Timing(BaseModel):

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from kit.errors import InputError
-from kit.spec import MAX_SECONDS
+from kit.spec import MAX_SECONDS, seconds_written
 
 WEEK_S = MAX_SECONDS  # the one bound on seconds (kit/spec.py), shared with the catalog and limits
 _WHOLE = re.compile(r"^[+-]?[0-9]+$")
@@ -77,12 +77,9 @@ class FiniteFloat(click.ParamType):
         if isinstance(value, float) and math.isfinite(value):
             number = value
         else:
-            text = str(value).strip()
-            try:
-                number = float(text)
-            except ValueError:
-                number = math.nan
-            if not math.isfinite(number) or not re.fullmatch(r"[+-]?[0-9.]+(e[+-]?[0-9]+)?", text.lower()):
+            written = seconds_written(str(value))
+            number = math.nan if written is None else written
+            if not math.isfinite(number):
                 refuse(
                     param, f"'{value}' is not a number of seconds", f"a finite number, e.g. {self.example}"
                 )

@@ -4,22 +4,17 @@ Here, beside PhaseLimits, so that start-up, bundles and replays all read it from
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from kit.errors import InputError
 from kit.logs import PhaseLimits, StageSeconds
-from kit.spec import MAX_SECONDS, LaunchSpec
+from kit.spec import MAX_SECONDS, LaunchSpec, seconds_written
 
 STAGES = ("launch", "init", "load", "memory", "autotune", "capture", "warmup", "first_token")
 # Before the first milestone the server imports SGLang and checks arguments: up to minutes on a
 # cold page cache. A catalog may set `launch` itself; this is the fallback.
 _LAUNCH_DEADLINE_S = 600.0
 _LAUNCH_STALL_S = 180.0
-
-
-# Seconds as digits: `nan`, `inf`, `true`, `1_000` and `0x10` are refused, not read by float().
-_SECONDS = re.compile(r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[+-]?[0-9]+)?")
 
 
 def parse_limit_overrides(
@@ -38,12 +33,11 @@ def parse_limit_overrides(
             raise InputError(
                 option, f"'{raw}' is not {syntax}", f"{kind}s: {', '.join(names)}; e.g. {example}=600"
             )
-        text = number.strip()
-        if not _SECONDS.fullmatch(text.lower()):
+        seconds = seconds_written(number)
+        if seconds is None:
             raise InputError(
                 option, f"'{number}' is not a number of seconds", f"a finite number, e.g. {name}=600"
             )
-        seconds = float(text)
         if not 0 < seconds <= MAX_SECONDS:
             raise InputError(
                 option,
