@@ -57,6 +57,7 @@ CORPORA = {
 }
 GOALS = {"outcome": 0.90, "phase": 0.90, "top-3 cause": 0.80}
 MEASURES = ("outcome", "last milestone", "phase", "top-1 cause", "top-3 cause")
+FIELDS = ("outcome", "last milestone", "phase")  # the labelled fields, counted together too
 
 
 @dataclass
@@ -69,6 +70,10 @@ class Score:
     def share(self, measure: str) -> float:
         right, total = self.counts[measure]
         return right / total if total else 0.0
+
+    def fields(self) -> tuple[int, int]:
+        """Right and labelled over the outcome, last milestone and phase of every log together."""
+        return sum(self.counts[m][0] for m in FIELDS), sum(self.counts[m][1] for m in FIELDS)
 
 
 def score(corpus: Path) -> Score:
@@ -110,6 +115,11 @@ def render(name: str, about: str, corpus: Path, result: Score, verbose: bool) ->
     for stem, what in result.wrong:
         if verbose or what != "ok":
             lines.append(f"    {stem[:60]:<60} {what}")
+    right, total = result.fields()
+    if total:
+        lines.append(
+            f"  {'all fields':<15} {right:>3}/{total:<3} = {right / total:6.1%} (outcome, milestone, phase)"
+        )
     for measure in MEASURES:
         right, total = result.counts[measure]
         goal = GOALS.get(measure)
@@ -124,9 +134,10 @@ def render(name: str, about: str, corpus: Path, result: Score, verbose: bool) ->
 
 def markdown(rows: list[tuple[str, Score]]) -> list[str]:
     """The figures as a Markdown table: one row per corpus, `right/total = share` per measure."""
-    lines = ["| corpus | " + " | ".join(MEASURES) + " |", "|---" * (len(MEASURES) + 1) + "|"]
+    lines = ["| corpus | fields | " + " | ".join(MEASURES) + " |", "|---" * (len(MEASURES) + 2) + "|"]
     for name, result in rows:
-        cells = []
+        right, total = result.fields()
+        cells = [f"{right}/{total} = {right / total:.1%}" if total else "0/0"]
         for measure in MEASURES:
             right, total = result.counts[measure]
             cells.append(f"{right}/{total} = {result.share(measure):.1%}" if total else "0/0")
