@@ -13,8 +13,9 @@ per release:
   #queue-req: N` (0.5.23 srt/managers/scheduler_components/metrics_reporter.py and
   pool_stats_observer.py get_decode_usage_msg_parts); prefill lines carry `full token usage`/`token
   usage` and `mamba usage` the same way;
-- retraction: `Decode out of memory happened. #retracted_reqs: N` (0.3-0.4.6 scheduler.py), `KV cache
-  pool is full. Retract requests. #retracted_reqs: N` (0.4.9+, 0.5.23 srt/managers/scheduler.py);
+- retraction: `Decode out of memory happened. #retracted_reqs: N` (0.3-0.4.6 scheduler.py; counted in
+  text read whole, it has no scan), `KV cache pool is full. Retract requests. #retracted_reqs: N`
+  (0.4.9+, 0.5.23 srt/managers/scheduler.py; the parser's events);
 - out of memory: `Decode out of memory. Try to lower your batch size.`, `Prefill out of memory. ...`
   (0.5.23 srt/mem_cache/allocation.py) and torch's `CUDA out of memory`.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from kit.logs.events import Event, Note
 
 SAMPLE_BYTES = 2_000_000  # a log up to this size is read whole
-STRETCHES = 64  # otherwise: this many evenly spaced stretches, STRETCH_BYTES each
+STRETCHES = 32  # otherwise: this many evenly spaced stretches, STRETCH_BYTES each
 STRETCH_BYTES = 16_384
 WINDOWS = 8  # "over time": the values in this many consecutive slices of the log
 KEEP_LINES = 3  # retraction and out-of-memory lines kept as evidence
@@ -61,6 +62,7 @@ _NAMES = {
 MEASURES = tuple(dict.fromkeys(_NAMES.values()))
 _PREFILL_MEASURES = frozenset({"kv_usage", "mamba_usage"})  # its #running-req is before the batch
 _REQUESTS = ("ReqTimeStats(rid=", "Req Time Stats(rid=")
+_OLD_RETRACT = "Decode out of memory happened"
 
 
 @dataclass
@@ -81,9 +83,11 @@ class ServingDigest:
 
     def add_text(self, text: str) -> None:
         """A buffer of whole lines: a live line, or a whole log."""
-        if "batch" not in text and "Stats(rid=" not in text:
+        if "batch" not in text and "Stats(rid=" not in text and _OLD_RETRACT not in text:
             return
         if len(text) <= SAMPLE_BYTES:
+            # 0.3-0.4.6's retraction wording has no scan of its own (patterns.toml): counted here.
+            self.retractions += text.count(_OLD_RETRACT)
             if self.decode_batches is not None:
                 self.decode_batches += text.count("Decode batch")
                 self.prefill_batches += text.count("Prefill batch")  # type: ignore[operator]

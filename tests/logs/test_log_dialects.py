@@ -203,12 +203,6 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         {"kind": "prefill"},
     ),
     (
-        P + "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446",
-        Note.SERVING,
-        "serving",
-        {"kind": "retract"},
-    ),
-    (
         P + "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 512",
         Note.SERVING,
         "serving",
@@ -248,8 +242,6 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         {"kind": "stall"},
     ),
     # SGLang's diffusion server (0.5.23 multimodal_gen).
-    ("[12-17 21:42:03] Pipeline instantiated", Note.DIFFUSION, "diffusion", {}),
-    ("[12-17 21:42:03] Loading pipeline modules...", Note.DIFFUSION, "diffusion", {}),
     (
         "Loading required modules:  80%|████████▏ | 4/5 [00:39<00:10, 10.94s/it]",
         Note.DIFFUSION,
