@@ -26,6 +26,7 @@ _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
 @click.option(
     "--target",
     default=None,
+    metavar="TARGET",
     help="A catalog target whose profile's smoke floor the speculative acceptance length is held to.",
 )
 def analyze(logfile: str, as_json: bool, target: str | None) -> None:
