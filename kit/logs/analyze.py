@@ -220,7 +220,7 @@ def analyze_text(
 
     phase = verdict.phase if isinstance(verdict, Crashed | Hung) else tracker.phase
     phase_from = verdict.phase_from if isinstance(verdict, Crashed) else ("milestones" if phase else None)
-    if tracker.serving_only and not isinstance(verdict, Crashed):
+    if tracker.serving_only and phase_from == "milestones":  # no milestone in it: its serving lines
         phase_from = "serving"
     stalled = _stalled(text, own) if outcome == "ready" else None
     if stalled is not None:
