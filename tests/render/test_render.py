@@ -441,12 +441,32 @@ def test_compose_watcher_watches_qwen_base_while_it_serves_and_compose_accepts_i
     if not docker or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
         pytest.skip("docker compose (v2) is not installed (scripts/bootstrap installs it)")
     done = subprocess.run(
-        [docker, "compose", "-f", str(paths.project_root() / "compose.yaml"), *PROFILES, "config", "-q"],
+        [docker, "compose", "-f", str(paths.project_root() / "compose.yaml"), *PROFILES, "config"],
         capture_output=True,
         text=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "HF_TOKEN": ""},
     )
     assert done.returncode == 0, done.stderr
+    # What Compose itself makes of it: the watcher sees the server's GPUs (the same device request,
+    # NVML through the driver's utility capability) and may ptrace the ranks (py-spy, /proc/PID/io).
+    seen = yaml.safe_load(done.stdout)["services"]["qwen-base-watch"]
+    assert seen["cap_add"] == ["SYS_PTRACE"]
+    server = yaml.safe_load(done.stdout)["services"]["qwen-base"]
+    devices = seen["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == server["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    assert seen["environment"]["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+def test_the_compose_watcher_gets_the_gpus_the_way_its_server_does():
+    from kit.render.compose import watcher_service
+
+    spec = resolve("qwen-base")
+    cdi = watcher_service(spec, way=GpuWay("cdi", "test", True, count=2))
+    assert cdi["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"] and "deploy" not in cdi
+    runtime = watcher_service(spec, way=GpuWay("nvidia-runtime", "test", True, count=4))
+    assert runtime["runtime"] == "nvidia" and runtime["environment"]["NVIDIA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert runtime["cap_add"] == ["SYS_PTRACE"]
 
 
 def test_systemd_watcher_unit_runs_kit_watch_serve_and_systemd_accepts_both(tmp_path):
