@@ -345,7 +345,19 @@ class DockerSource:
         return written
 
     def _gpu_usage(self, pids: list[int]) -> tuple[int | None, tuple[int | None, ...], str | None]:
+        self._read_kernel_xids()
         return read_gpu_usage(self.gpus, pids)
+
+    def _read_kernel_xids(self) -> None:
+        """Once: NVML's Xid events count from their registration (the watch's first sample), so the
+        kernel's own `NVRM: Xid` lines are read too, from the container's start on
+        (kit/runtime/kernel_log.py)."""
+        if self.gpus is None or self.gpus.kernel is not None:
+            return
+        from kit.runtime.kernel_log import KernelLog
+
+        started_wall = time.time() - (time.monotonic() - self.started_at)
+        self.gpus.read_kernel_from(KernelLog(since_wall=started_wall))
 
     def _replacement(self) -> Container | None:
         """A new container under the watched name (its supervisor started it again), if there is one."""
