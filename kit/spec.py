@@ -40,7 +40,7 @@ class Timing(BaseModel):
     deadlines: dict[str, float]
     """Keys: init, load, memory, autotune, capture, warmup, first_token."""
     stall_windows: dict[str, float]
-    """Keys: init, load, memory, autotune, capture, warmup. No log line and no activity for this long = HUNG."""
+    """Keys: init, load, memory, autotune, capture, warmup. No log line and no activity this long = HUNG."""
     cpu_progress_in: tuple[str, ...] = ("launch",)
     """Stages where CPU time counts as activity (elsewhere a spinning collective would look busy)."""
 

@@ -231,7 +231,8 @@ def test_an_xid_event_is_read_in_the_sampler_and_becomes_the_readings_gpu_error(
     usage = gpus.usage([4242])
     assert [(x.xid, x.index) for x in usage.xids] == [(119, 2), (13, 0)]
     assert usage.error == (
-        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; NVML's Xid event)"
+        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; "
+        "NVML's Xid event)"
     )
     assert gpus.usage([4242]).error == usage.error  # kept: the verdict may come minutes later
     assert not nvml.events  # every waiting event was taken, none waited for (timeout 0)
@@ -319,7 +320,8 @@ def test_an_xid_before_nvmls_registration_comes_from_the_kernel_log_alone():
     gpus.read_kernel_from(FakeKernelLog(nvml))
     usage = gpus.usage([7])
     assert usage.error == (
-        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; the kernel log)"
+        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; "
+        "the kernel log)"
     )
     assert "NVML's Xid events from " in xid_note(gpus) and "before them: the kernel log" in xid_note(gpus)
     # After the registration the same Xid comes both ways: NVML's event is kept, the line is not doubled.
