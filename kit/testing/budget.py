@@ -24,7 +24,7 @@ SETUP_S = 15 * 60
 step timeout of its own)."""
 REQUESTS = 12
 """Upper bound on the smoke's requests per start: two first tokens, health, greedy twice, structured
-output, tool call, the greedy reference, the acceptance length's request, /server_info, the window's."""
+output, tool call, the greedy reference, the acceptance length's requests, the window's."""
 ANSWER_S = 60.0
 """What a request may take beyond its first token (the longest answer is a 96-token JSON)."""
 

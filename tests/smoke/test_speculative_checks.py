@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kit.launch import resolve
 from kit.testing import answers, speculative
-from kit.testing.speculative import judge_greedy, judge_simulated, tie_gap
+from kit.testing.speculative import Acceptance, judge_greedy, judge_simulated, tie_gap
 
 # meta_info["output_top_logprobs"] as 0.5.23's tokenizer_manager.py returns it: per position a list of
 # (logprob, token_id, text) (JSON arrays), or None where it has none.
@@ -80,9 +80,15 @@ def test_the_judge_passes_exactly_when_equal_or_tied_at_the_first_difference(ids
 
 
 def test_the_simulated_acceptance_length_must_be_near_the_simulated_one():
-    assert judge_simulated(2.97, 3.0, 0.25, "/server_info").ok
-    far = judge_simulated(1.0, 3.0, 0.25, "/server_info", {"spec_accept_length": 1.0})
-    assert not far.ok and "1.00 reported, 3 simulated" in far.detail and "last request 1.00" in far.detail
+    # 32 tokens at L=3: the first from prefill, ten verify steps of 3, an eleventh cut to 1 token.
+    near = judge_simulated([Acceptance(32 / 11, 11, 32)] * 3, 3.0, 0.25)
+    assert (
+        near.ok
+        and "2.91 reported, 3 simulated" in near.detail
+        and "96 tokens / 33 verify steps" in near.detail
+    )
+    far = judge_simulated([Acceptance(1.0, 31, 32), Acceptance(1.0, 31, 32)], 3.0, 0.25)
+    assert not far.ok and "1.03 reported" in far.detail and "per request 1.00, 1.00" in far.detail
 
 
 def test_the_tiny_mtp_profile_asks_for_a_simulated_start_with_real_draft_tokens():
