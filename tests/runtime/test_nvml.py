@@ -10,16 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.runtime.kernel_log import KernelLog, parse_kmsg
-from kit.runtime.nvml import (
-    kernel_xid,
-    lost_note,
-    nvml_missing,
-    open_nvml,
-    pci_key,
-    read_inventory,
-    xid_error,
-    xid_note,
-)
+from kit.runtime.nvml import lost_note, nvml_missing, open_nvml, read_inventory, xid_note
+from kit.runtime.xids import kernel_xid, pci_key, xid_error
 from kit.scenarios.fake_nvml import (
     FakeKernelLog,
     FakeNvml,
