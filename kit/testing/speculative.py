@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,3 +378,96 @@ def judge_simulated(acceptances: list[Acceptance], expected: float, tolerance: f
         f"{_counts(acceptances)}; per request {each}"
     )
     return CheckResult("simulated acceptance length", ok, detail)
+
+
+# -- acceptance under KV pressure ---------------------------------------------------------------------
+
+# What sglang#36537 saw on a hybrid GDN model with NEXTN and the radix cache: healthy (accept len
+# 1.78-2.59) up to full token usage 0.4, every draft rejected (1.00) from 0.6 on. The window fills the
+# KV cache past REACH and holds SGLang's own per-interval acceptance there to the low-usage one.
+KV_PRESSURE_REACH = 0.6
+KV_PRESSURE_FILL = 0.85  # of max_total_num_tokens, spread over the window's requests
+KV_PRESSURE_REQUESTS = 16
+KV_PRESSURE_DECODE = 256  # tokens each request decodes: several decode log intervals (40 steps)
+KV_PRESSURE_KEEP = 0.6  # acceptance at high usage must keep this share of the low-usage one
+# The scheduler's decode line (0.5.23 srt/managers/scheduler_components/metrics_reporter.py, every
+# decode_log_interval steps, with pool_stats_observer.py's usage parts):
+#   Decode batch, #running-req: 9, full token usage: 0.57, mamba num: 35, accept len: 1.00, ...
+_DECODE_USAGE = re.compile(r"Decode batch.*?\bfull token usage: ([0-9.]+).*?\baccept len: ([0-9.]+)")
+
+
+def decode_samples(lines: list[str]) -> list[tuple[float, float]]:
+    """(full token usage, accept len) of each scheduler decode line, in order."""
+    return [(float(u), float(a)) for line in lines for u, a in _DECODE_USAGE.findall(line)]
+
+
+def judge_kv_pressure(
+    samples: list[tuple[float, float]],
+    floor: float,
+    *,
+    reach: float = KV_PRESSURE_REACH,
+    keep: float = KV_PRESSURE_KEEP,
+) -> CheckResult:
+    """Pure: SGLang's own acceptance as the KV cache fills. Fails when the window never passed
+    `reach`, or when acceptance at or past it falls under the floor or under `keep` of the
+    acceptance below half of it (sglang#36537's collapse: 2.59 -> 1.00 at 0.6)."""
+    name = "acceptance under KV pressure"
+    if not samples:
+        return CheckResult(name, False, "no scheduler decode line with 'full token usage' and 'accept len'")
+    top = max(u for u, _ in samples)
+    if top < reach:
+        return CheckResult(
+            name, False, f"the window filled the KV cache to {top:.2f} only, not past {reach:g}"
+        )
+    low = [a for u, a in samples if u < reach / 2]
+    high = [(u, a) for u, a in samples if u >= reach]
+    base = sum(low) / len(low) if low else None
+    want = max(floor, keep * base) if base is not None else floor
+    worst = min(high, key=lambda s: s[1])
+    ok = worst[1] >= want
+    said = f"{base:.2f} below usage {reach / 2:g}" if base is not None else "no low-usage interval"
+    detail = (
+        f"accept len {worst[1]:.2f} at full token usage {worst[0]:.2f} (lowest of {len(high)} intervals past "
+        f"{reach:g}, top {top:.2f}); {said}; held to {want:.2f}"
+    )
+    return CheckResult(name, ok, detail)
+
+
+def kv_pressure_window(base_url: str, spec: LaunchSpec, container: Any) -> CheckResult:
+    """SGLang's own acceptance (its decode lines) at a low KV usage, then with the KV cache filled
+    past KV_PRESSURE_REACH by concurrent requests with distinct long prompts (prefill fills it fast;
+    distinct, so the radix cache cannot share them), each decoding KV_PRESSURE_DECODE tokens there.
+    GPU only; the judge is judge_kv_pressure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kit.runtime.http import server_get
+
+    name = "acceptance under KV pressure"
+    info = server_get(f"{base_url}/server_info", headers=answers._headers(spec)).json()
+    total = int(info.get("max_total_num_tokens") or 0)
+    if total <= 0:
+        return CheckResult(name, False, "/server_info gave no max_total_num_tokens")
+    per_request = int(total * KV_PRESSURE_FILL / KV_PRESSURE_REQUESTS)
+    since = int(time.time()) - 1
+
+    def ask(prompt: str) -> answers.Greedy:
+        return answers.greedy(
+            base_url, spec, KV_PRESSURE_DECODE, prompt=prompt, timeout_s=_timeout(spec) + per_request / 500
+        )
+
+    phases = (
+        [answers.PROMPT] * 4,  # low usage: the acceptance to hold to
+        # ~3 tokens a word ("12-345"): distinct numbers per request, so no shared prefix
+        [" ".join(f"{i}-{k}" for k in range(per_request // 3)) for i in range(KV_PRESSURE_REQUESTS)],
+    )
+    for prompts in phases:
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            jobs = [pool.submit(ask, prompt) for prompt in prompts]
+            failed = [str(exc) for job in jobs if (exc := job.exception()) is not None]
+        if failed:
+            return CheckResult(
+                name, False, f"{len(failed)} of {len(prompts)} requests failed: {failed[0][:160]}"
+            )
+    lines = container.logs(since=since).decode("utf-8", "replace").splitlines()
+    floor = smoke_of(spec).min_accept_length or MIN_ACCEPT_LENGTH
+    return judge_kv_pressure(decode_samples(lines), floor)
