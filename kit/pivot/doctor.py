@@ -151,9 +151,9 @@ def read_image_arches(image_ref: str) -> tuple[dict[str, Any] | None, str | None
     from kit.runtime.server import run_labels
 
     try:
-        if not image_exists(image_ref):
-            return None, f"{image_ref} is not built here (kit image build), so its kernels cannot be read"
         with translated(f"reading the kernels of {image_ref}"):
+            if not image_exists(image_ref):
+                return None, f"{image_ref} is not built here (kit image build), so its kernels cannot be read"
             out = client().containers.run(
                 image_ref,
                 ["python", "-c", ARCHES_PROBE.read_text(encoding="utf-8")],
