@@ -330,7 +330,22 @@ class DockerSource:
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
             rank_processes=rank_processes(tree),
+            **self._checkpoint_pages(pids),
         )
+
+    def _checkpoint_pages(self, pids: list[int]) -> dict:
+        """The checkpoint's pages the ranks hold mapped (kit/runtime/mapped.py): what a load moves on
+        a warm page cache or a network share, where block-I/O counters show nothing."""
+        from kit.runtime.mapped import read_mapped
+
+        mapped = read_mapped(pids)
+        if mapped is None or not mapped.files:
+            return {}
+        return {
+            "checkpoint_resident": mapped.resident_bytes,
+            "checkpoint_mapped": mapped.mapped_bytes,
+            "storage": mapped.storage,
+        }
 
     def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
         """Bytes the container's processes wrote since the watch began, from the host's /proc/PID/io
@@ -345,7 +360,20 @@ class DockerSource:
         return written
 
     def _gpu_usage(self, pids: list[int]) -> tuple[int | None, tuple[int | None, ...], str | None]:
+        self._read_kernel_xids()
         return read_gpu_usage(self.gpus, pids)
+
+    def _read_kernel_xids(self) -> None:
+        """Once: NVML's Xid events count from their registration (the watch's first sample), so the
+        kernel's own `NVRM: Xid` lines are read too, from the container's start on
+        (kit/runtime/kernel_log.py)."""
+        gpus = self.gpus
+        if not isinstance(gpus, NvmlGpus) or gpus.kernel is not None:
+            return
+        from kit.runtime.kernel_log import KernelLog
+
+        started_wall = time.time() - (time.monotonic() - self.started_at)
+        gpus.read_kernel_from(KernelLog(since_wall=started_wall))
 
     def _replacement(self) -> Container | None:
         """A new container under the watched name (its supervisor started it again), if there is one."""

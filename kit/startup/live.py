@@ -275,4 +275,8 @@ def _load_json(load) -> dict:
         "load_total_bytes": load.total_bytes,
         "load_rate_bytes_s": None if load.rate_bytes_s is None else round(load.rate_bytes_s),
         "load_eta_s": None if load.eta_s is None else round(load.eta_s, 1),
+        "load_fraction": None if load.fraction is None else round(load.fraction, 4),
+        "load_basis": load.basis,
+        "load_shards": None if load.shards is None else f"{load.shards.done}/{load.shards.total}",
+        "load_storage": load.storage,
     }

@@ -18,7 +18,7 @@ from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token
-from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
+from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory, xid_note
 from kit.runtime.source import Source
 from kit.spec import LaunchSpec
 from kit.startup.overrun import DeadlinePolicy, DeadlineRow
@@ -280,8 +280,10 @@ def follow_container(
             serve=serve,
             on_serving=on_serving,
         )
-        lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
-        return _replace(result, notes=(*result.notes, lost)) if lost else result
+        # A GPU lost during the start (a P2P hang can do it) is part of the verdict; so is where its
+        # Xid evidence came from (NVML's events only count from their registration).
+        notes = tuple(note for note in (lost_note(gpus), xid_note(gpus)) if note)
+        return _replace(result, notes=(*result.notes, *notes)) if notes else result
     finally:
         source.close()
         if gpus is not None:

@@ -28,7 +28,15 @@ from kit.logs import (
 )
 from kit.proxyenv import ProxyGap, loopback_gap
 from kit.runtime.source import Source, SourceState
-from kit.startup.overrun import DeadlinePolicy, LoadProgress, Overrun, load_progress, still_moving
+from kit.startup.overrun import (
+    DeadlinePolicy,
+    LoadProgress,
+    Overrun,
+    ShardBar,
+    load_progress,
+    shard_bar,
+    still_moving,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class Progress:
     attempt: int = 1  # launch attempts seen (a supervisor restarting the server starts another)
     overruns: tuple[Overrun, ...] = ()  # stages that passed their deadline and went on, in order
     read_at_stage_start: int | None = None  # the read counter when the current stage began
+    shards: ShardBar | None = None  # SGLang's shard bar, its newest drawing in this attempt
 
     @property
     def overrun(self) -> Overrun | None:
@@ -58,7 +67,7 @@ class Progress:
         """Bytes read in the load stage against `total_bytes` (the checkpoint's size), rate, ETA."""
         if self.tracker.stage != "load":
             return None
-        return load_progress(self.tracker.samples, self.read_at_stage_start, total_bytes)
+        return load_progress(self.tracker.samples, self.read_at_stage_start, total_bytes, self.shards)
 
     @property
     def elapsed(self) -> float:
@@ -118,6 +127,8 @@ class Watcher:
         self.overruns: list[Overrun] = []
         self._stage_key: tuple[int, str] | None = None  # (attempt, stage) the read baseline is for
         self._read_at_stage_start: int | None = None
+        # SGLang's shard bar as last drawn (the load's progress), with the attempt that drew it.
+        self._shards: tuple[int, ShardBar] | None = None
         self.parser = LogParser()
         self.attempts = Attempts.start(limits, source.started_at)
         self.max_attempts = max_attempts
@@ -162,6 +173,9 @@ class Watcher:
         for t, line in timed_lines:
             self.lines.append(line)
             self.line_count += 1
+            bar = shard_bar(line)
+            if bar is not None:
+                self._shards = (self.attempts.number, bar)
             found = self.parser.feed(line)
             self.attempts = self.attempts.observe_line(t, line).observe_events(found, t)
             events.extend(found)
@@ -266,8 +280,15 @@ class Watcher:
             self.attempts.number,
             tuple(self.overruns),
             self._read_at_stage_start,
+            self._load_shards(),
         )
         return progress, verdict
+
+    def _load_shards(self) -> ShardBar | None:
+        """The shard bar of this attempt's load, while it loads."""
+        if self._shards is None or self.tracker.stage != "load" or self._shards[0] != self.attempts.number:
+            return None
+        return self._shards[1]
 
     def _mark_stage(self) -> None:
         """Keep the read counter as it stood when the current stage began (the load's bytes read)."""
