@@ -38,7 +38,7 @@ from kit.logs import ActivitySample
 from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
 from kit.runtime import server as runtime
-from kit.runtime.compile_cache import COMPILERS
+from kit.runtime.compile_cache import is_compiler
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
 from kit.runtime.processes import WriteMeter, processes, write_readings
@@ -184,7 +184,7 @@ def compilers_running(processes: list[psutil.Process]) -> int | None:
     count = 0
     for proc in processes:
         with contextlib.suppress(psutil.Error, OSError):
-            count += proc.name() in COMPILERS
+            count += is_compiler(proc.name())
     return count
 
 

@@ -109,7 +109,8 @@ def test_compilers_and_rank_cpu_are_read_off_a_real_process_tree(tmp_path):
 
     from kit.runtime.docker_source import compilers_running, process_tree, rank_cpu_seconds
 
-    ptxas = tmp_path / "ptxas"
+    # Triton 3.8's assembler for sm_120: a name (15 characters, all of comm) outside the old list.
+    ptxas = tmp_path / "ptxas-blackwell"
     shutil.copy(shutil.which("sleep"), ptxas)
     script = f"{ptxas} 30 & (exec -a sglang::scheduler_TP1 sleep 30) & wait"
     root = subprocess.Popen(["bash", "-c", script])
@@ -132,6 +133,26 @@ def test_compilers_and_rank_cpu_are_read_off_a_real_process_tree(tmp_path):
         root.kill()
         root.wait()
     assert process_tree(None) == [] and compilers_running([]) is None
+
+
+def test_compilers_are_matched_by_family():
+    from kit.runtime.compile_cache import is_compiler
+
+    for name in (
+        "ptxas",
+        "ptxas-blackwell",
+        "nvcc",
+        "cicc",
+        "cc1plus",
+        "ld",
+        "ld.lld",
+        "ld.gold",
+        "ninja",
+        "g++-12",
+    ):
+        assert is_compiler(name), name
+    for name in ("python3", "sglang::schedul", "bash", "sleep", "ldconfig", "tini", "docker-init"):
+        assert not is_compiler(name), name
 
 
 def test_a_gpu_nvml_cannot_read_is_a_fact_in_the_sample_not_an_exception():
