@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kit.logs.counters import Readable, readable_counters
 from kit.output import emit_json, jsonable
 from kit.startup.watch import Progress
 
@@ -105,6 +106,7 @@ class LiveView:
         self._attempt = 1
         self._last_json_sample = 0.0
         self._said_at = 0.0
+        self._counters: Readable | None = None  # the counters last said to be readable
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
         self._shown: set[tuple[str, str]] = set()
 
@@ -137,14 +139,17 @@ class LiveView:
         if progress.attempt != self._attempt:
             self._new_attempt(progress)
         self._overruns(progress)
+        self._readable(progress)
         if self.as_json:
             self._json(progress)
         elif self._live:
             late = progress.overrun
+            counters = [Text(self._counters.line(), style="dim")] if self._counters else []
             self._live.update(
                 Group(
                     Text(self.title, style="bold"),
                     Text(status_line(progress, self.load_bytes)),
+                    *counters,
                     *([Text(late.describe() + " (followed on)", style="yellow")] if late else []),
                     rank_table(progress),
                     Text(f"last: {_clip(progress.last_line)}", style="dim"),
@@ -152,6 +157,20 @@ class LiveView:
             )
         else:
             self._plain(progress)
+
+    def _readable(self, progress: Progress) -> None:
+        """Which counters this host lets the watch read: a row on a terminal, a line (plain or
+        JSON) when it is first known and whenever it changes (a process tree that became readable)."""
+        if progress.sample is None:
+            return
+        readable = readable_counters(progress.sample)
+        if readable == self._counters:
+            return
+        self._counters = readable
+        if self.as_json:
+            emit_json({"type": "counters", "t": round(progress.elapsed, 3), **readable.as_dict()})
+        elif not self._live:
+            self._say(progress, readable.line())
 
     def _overruns(self, progress: Progress) -> None:
         """Say each stage that passed its deadline once, as it happens (a terminal keeps a line too)."""

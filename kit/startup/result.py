@@ -81,6 +81,9 @@ class UpResult:
     """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
     never_seen_ranks: tuple[str, ...] = ()
     """Ranks the launch promised that printed nothing at all."""
+    counters: dict | None = None
+    """Which activity counters the watch could read on this host ({"read": [...], "unread": [...]},
+    kit/logs/counters.py): a verdict resting on counters says which it had."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
@@ -246,6 +249,9 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.extend(f"    {line[:160]}" for line in result.evidence[-6:])
     if result.verdict != "ready" and result.activity is not None:
         lines.append(f"  {result.activity.describe()}")
+    unread = (result.counters or {}).get("unread") or ()
+    if result.verdict != "ready" and unread:
+        lines.append(f"  counters not readable here: {', '.join(unread)}")
     if result.gpu_error:
         lines.append(f"  gpu: {result.gpu_error}")
     for error in result.survived_errors[-3:]:

@@ -13,6 +13,7 @@ from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.logs.activity import SampleHistory, series_rows
+from kit.logs.counters import readable_counters
 from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -82,6 +83,7 @@ def _result(
         "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
         "gpu_error": tracker.gpu_error,
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
+        "counters": None if tracker.last_sample is None else readable_counters(tracker.last_sample).as_dict(),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
