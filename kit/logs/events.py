@@ -55,6 +55,7 @@ class Note(StrEnum):
     MAMBA_READY = "memory.mamba"
     SHUTDOWN = "shutdown"
     LAUNCH = "launch"  # the launcher's once-per-start line (server_args=...): a new attempt
+    SOFT_WATCHDOG = "watchdog.soft"  # SGLang's soft watchdog fired (kit/logs/soft_watchdog.py)
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.
