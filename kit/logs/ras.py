@@ -248,7 +248,8 @@ def _op_lines(comm: RasComm, before: RasComm | None, seconds: float) -> list[str
         still = f"none launched another in {seconds:.0f} s" if before is not None else "one snapshot"
         out.insert(
             0,
-            f"all {ranks} ranks launched {ops} and {still}: every rank entered its last collective, none finished",
+            f"all {ranks} ranks launched {ops} and {still}: "
+            "every rank entered its last collective, none finished",
         )
     return out
 

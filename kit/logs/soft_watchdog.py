@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from kit.logs.stacks import main_thread_frames, rank_of_process
 
 TIMEOUT = re.compile(
-    r"(?P<name>\w+) watchdog timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+), self\.soft=(?P<soft>True|False)\)"
+    r"(?P<name>\w+) watchdog timeout "
+    r"\(self\.watchdog_timeout=(?P<timeout>[\d.]+), self\.soft=(?P<soft>True|False)\)"
 )
 _DUMP_HEADER = re.compile(r"Pyspy dump for PID (?P<pid>\d+) \((?P<cmd>[^)]*)\):\s*$")
 _DUMP_FAILED = re.compile(r"Pyspy failed \(|All pyspy dump attempts failed for PID \d+")

@@ -33,8 +33,8 @@ from kit.render.docker import (
 from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.runtime.compile_cache import volume_name
-from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.engine import LABEL_MANAGED
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host.gpus import GpuWay
 from kit.spec import CONTAINER_HF_CACHE, PHASES, LaunchSpec
 

@@ -44,7 +44,7 @@ def test_a_rank_that_never_launched_is_named_in_both_formats():
         lines[0]
         == "NCCL RAS: rank 3 never launched AllReduce (the others launched it up to #12) (NCCL 2.28.9)"
     )
-    rank3 = [r for r in text.comms[0].ranks if r.rank == 3][0]
+    rank3 = next(r for r in text.comms[0].ranks if r.rank == 3)
     assert (rank3.pid, rank3.gpu) == (4245, "3")
 
 
@@ -55,8 +55,8 @@ def test_a_missing_or_dead_rank_is_named_with_its_process_and_gpu():
     )
     text = compare(_read("text-incomplete-dead.txt"), _read("text-incomplete-dead.txt"), 10).lines()
     assert (
-        "NCCL RAS: rank 3 (pid 4245, GPU 3) is missing from communicator ae94423cfbb2ef4a: no data (NCCL 2.28.9)"
-        in text
+        "NCCL RAS: rank 3 (pid 4245, GPU 3) is missing from communicator ae94423cfbb2ef4a: no data "
+        "(NCCL 2.28.9)" in text
     )
     assert "NCCL RAS: process pid 4245 on 127.0.0.1, GPU 3 is considered dead by RAS" in text
 
