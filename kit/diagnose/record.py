@@ -86,6 +86,7 @@ def record_run(
     result: dict,
     *,
     host: HostServer | None = None,
+    upstream: Mapping[str, str] | None = None,
 ) -> Recorded:
     """The runs folder and a bundle for a verdict other than READY: the one record of a start-up,
     for kit up, kit watch CONTAINER, a replayed scenario and kit watch --pid/--unit (HOST) alike.
@@ -99,7 +100,9 @@ def record_run(
     built = fp.build(facts_of_run(source, spec, host=host), limits)
     redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
     texts = {rank: stack.text for rank, stack in stacks.items()}
-    write_run_folder(folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor)
+    write_run_folder(
+        folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor, upstream
+    )
     try:
         return Recorded(folder, bundle_from_run(folder, target_path, redactor=redactor))
     except (KitError, OSError) as exc:
@@ -115,8 +118,14 @@ def write_run_folder(
     fingerprint: Mapping[str, Any],
     lock_text: str | None,
     redactor: Redactor,
+    upstream: Mapping[str, str] | None = None,
 ) -> Path:
+    """UPSTREAM: the upstream tools' raw answers by file name (RAS snapshots, fr_trace's report)."""
     (folder / "stacks").mkdir(parents=True, exist_ok=True)
+    if upstream:
+        (folder / "upstream").mkdir(exist_ok=True)
+        for name, text in upstream.items():
+            (folder / "upstream" / safe_stem(name)).write_text(redactor.text(text), encoding="utf-8")
     (folder / "server.log").write_text(redactor.text(log_text), encoding="utf-8")
     for rank, text in stacks.items():
         (folder / "stacks" / rank_file(rank)).write_text(redactor.text(text), encoding="utf-8")
@@ -193,6 +202,10 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
     }
     lock_path = folder / "lock.txt"
     lock = lock_path.read_text(encoding="utf-8", errors="replace") if lock_path.is_file() else None
+    upstream = {
+        p.name: p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted((folder / "upstream").glob("*"))
+    }
     name = bundle_name(str(result.get("target")), folder.name, str(result.get("verdict")))
     made_by = (fingerprint.get("made") or {}).get("by") if isinstance(fingerprint.get("made"), dict) else None
     bundle = BundleInput(
@@ -203,6 +216,7 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
         log_text=log,
         stacks=stacks,
         lock_text=lock,
+        upstream=upstream,
     )
     redactor = redactor or Redactor.for_launch(machine_env=os.environ)
     return write_bundle(out or default_path(name), name, build_members(bundle, redactor))

@@ -81,6 +81,9 @@ class UpResult:
     """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
     never_seen_ranks: tuple[str, ...] = ()
     """Ranks the launch promised that printed nothing at all."""
+    upstream: tuple[str, ...] = ()
+    """The upstream tools' word on a verdict other than READY (kit/runtime/upstream.py): SGLang's
+    soft watchdog, NCCL RAS (two snapshots), the flight recorder's fr_trace, or why each was not asked."""
     counters: dict | None = None
     """Which activity counters the watch could read on this host ({"read": [...], "unread": [...]},
     kit/logs/counters.py): a verdict resting on counters says which it had."""
@@ -249,6 +252,7 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.extend(f"    {line[:160]}" for line in result.evidence[-6:])
     if result.verdict != "ready" and result.activity is not None:
         lines.append(f"  {result.activity.describe()}")
+    lines.extend(f"  {line}" for line in result.upstream)
     unread = (result.counters or {}).get("unread") or ()
     if result.verdict != "ready" and unread:
         lines.append(f"  counters not readable here: {', '.join(unread)}")

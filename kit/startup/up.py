@@ -21,6 +21,7 @@ from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token
 from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
 from kit.runtime.source import Source
+from kit.runtime.upstream import gather
 from kit.spec import LaunchSpec
 from kit.startup.overrun import DeadlinePolicy, DeadlineRow
 from kit.startup.result import (
@@ -48,6 +49,16 @@ def collect_stacks(source: Source) -> dict[str, RankStack]:
         if rank is not None:
             stacks[rank] = classify_stack(rank, proc.text, proc.pid)
     return stacks
+
+
+def with_upstream(result: UpResult, source: Source, watcher: Watcher) -> tuple[UpResult, dict[str, str]]:
+    """A verdict other than READY with the upstream tools' word (kit/runtime/upstream.py): SGLang's
+    soft watchdog from the log, NCCL RAS and the flight recorder asked where the server still runs;
+    and their raw answers for the bundle."""
+    if result.verdict == "ready":
+        return result, {}
+    found = gather(source, watcher.soft_watchdog.lines())
+    return _replace(result, upstream=found.lines()), found.files
 
 
 def _result(
@@ -196,9 +207,10 @@ def follow_source(
             history=history,
         )
     result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
+    result, upstream = with_upstream(result, source, watcher)
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
-        recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
+        recorded = record_run(session, source, spec, limits, stacks, jsonable(result), upstream=upstream)
         result = _replace(
             result,
             diagnostics=str(recorded.folder),
