@@ -81,6 +81,9 @@ class UpResult:
     """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
     never_seen_ranks: tuple[str, ...] = ()
     """Ranks the launch promised that printed nothing at all."""
+    sglang_startup_time: dict | None = None
+    """At READY: SGLang's own start-up phases (`/server_info`'s startup_time: load_weight,
+    kv_cache_allocation, cuda_graph, scheduler_e2e, tokenizer_e2e seconds), beside the kit's."""
     upstream: tuple[str, ...] = ()
     """The upstream tools' word on a verdict other than READY (kit/runtime/upstream.py): SGLang's
     soft watchdog, NCCL RAS (two snapshots), the flight recorder's fr_trace, or why each was not asked."""
@@ -218,6 +221,19 @@ def headline(result: UpResult) -> str:
     if result.verdict == "failed":
         return f"FAILED: the server said ready but the first token failed: {result.exception}"
     return f"INTERRUPTED{phase}"
+
+
+def sglang_phases(startup_time: dict | None) -> str | None:
+    """`/server_info`'s startup_time as one line: SGLang's own phases, beside the kit's."""
+    if not startup_time:
+        return None
+    parts = []
+    for name, value in startup_time.items():
+        if isinstance(value, dict):
+            parts += [f"{name}.{k} {v:.1f} s" for k, v in value.items() if isinstance(v, int | float) and v]
+        elif isinstance(value, int | float):
+            parts.append(f"{name} {value:.1f} s")
+    return "SGLang's own (/server_info startup_time): " + ", ".join(parts) if parts else None
 
 
 def verdict_lines(result: UpResult) -> list[str]:

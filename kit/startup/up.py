@@ -18,7 +18,7 @@ from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_pro
 from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
-from kit.runtime.http import chat_first_token
+from kit.runtime.http import chat_first_token, server_startup_time
 from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
 from kit.runtime.source import Source
 from kit.runtime.upstream import gather
@@ -174,6 +174,9 @@ def follow_source(
     result = _result(
         spec.target, spec.image, source.name, verdict, watcher, now, stacks, spec.device, gpus=inventory
     )
+    if isinstance(verdict, Ready) and source.base_url:
+        said = server_startup_time(source.base_url, transport=source.http_transport(), api_key=api_key)
+        result = _replace(result, sglang_startup_time=said)
     if isinstance(verdict, Ready) and first_token and source.base_url:
         try:
             token = chat_first_token(

@@ -133,3 +133,40 @@ def test_an_odd_answer_is_a_skip_never_a_traceback():
         assert lines[0].startswith("NCCL RAS: not asked (") and lines[1].startswith(
             "flight recorder: no dump"
         )
+
+
+def test_sglang_own_phases_are_kept_at_ready_beside_the_kits():
+    """`/server_info`'s startup_time as SGLang 0.5.23 builds it (srt/observability/startup_time.py)."""
+    import httpx
+
+    from kit.runtime.http import server_startup_time
+    from kit.startup.result import sglang_phases
+
+    said = {
+        "load_weight": 812.4,
+        "kv_cache_allocation": 3.2,
+        "scheduler_e2e": 901.0,
+        "cuda_graph": {"decode": 41.5, "prefill": 0.0},
+        "tokenizer_e2e": 930.7,
+    }
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/server_info":
+            return httpx.Response(200, json={"version": "0.5.23", "startup_time": said})
+        return httpx.Response(404)
+
+    got = server_startup_time("http://server.invalid", transport=httpx.MockTransport(handle))
+    assert got == said
+    assert sglang_phases(got) == (
+        "SGLang's own (/server_info startup_time): load_weight 812.4 s, kv_cache_allocation 3.2 s, "
+        "scheduler_e2e 901.0 s, cuda_graph.decode 41.5 s, tokenizer_e2e 930.7 s"
+    )
+    missing = httpx.MockTransport(lambda request: httpx.Response(200, json={"version": "0.5.9"}))
+    assert server_startup_time("http://server.invalid", transport=missing) is None
+    assert (
+        server_startup_time(
+            "http://server.invalid", transport=httpx.MockTransport(lambda r: httpx.Response(503))
+        )
+        is None
+    )
+    assert sglang_phases(None) is None
