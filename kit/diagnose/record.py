@@ -147,7 +147,32 @@ def write_run_folder(
 # -- kit bundle create RUN / --last --------------------------------------------------------------
 
 
+_LAST_START = "last-start.json"
+
+
+def note_start(session: str, target: str, container: str) -> None:
+    """Remember the newest start kit up / kit watch followed: a READY start records no run, so
+    `--last` must not quietly take an older one for it. Best effort: a cache that cannot be
+    written never stops a start."""
+    import time
+
+    entry = {"session": session, "target": target, "container": container, "started": time.time()}
+    try:
+        runs_dir().mkdir(parents=True, exist_ok=True)
+        (runs_dir() / _LAST_START).write_text(json.dumps(entry) + "\n", encoding="utf-8")
+    except OSError:
+        pass
+
+
+def _when(epoch: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+
+
 def last_run() -> Path:
+    """The newest recorded run; refused (InputError) when a newer start recorded none (it was READY,
+    or is still going): `--last` would otherwise bundle an older run as if it were that start."""
     folder = runs_dir()
     runs = sorted(
         (p for p in folder.glob("*/result.json") if p.is_file()),
@@ -158,7 +183,30 @@ def last_run() -> Path:
         raise InputError(
             "--last", f"no runs recorded in {folder}", "a kit up or kit watch that is not READY makes one"
         )
-    return runs[0].parent
+    newest = runs[0].parent
+    try:
+        start = json.loads((folder / _LAST_START).read_text(encoding="utf-8"))
+        session, started = str(start["session"]), float(start["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return newest
+    recorded = runs[0].stat().st_mtime
+    if session != newest.name and started > recorded:
+        raise InputError(
+            "--last",
+            f"the newest start, {session} ({start.get('target')}, {_when(started)}), recorded no run "
+            f"(READY, or still going); the newest recorded run, {newest.name}, is older ({_when(recorded)})",
+            f"name the run you mean: kit bundle create {newest.name}; or a running server: kit bundle create "
+            f"{start.get('container')}",
+        )
+    return newest
+
+
+def run_taken(folder: Path) -> str:
+    """Which run a bundle is made of, and when: 'run S (TARGET, VERDICT), recorded TIME'."""
+    result = _read_json(folder / "result.json", "RUN")
+    recorded = _when((folder / "result.json").stat().st_mtime)
+    verdict = str(result.get("verdict") or "?").upper()
+    return f"run {folder.name} ({result.get('target')}, {verdict}), recorded {recorded}"
 
 
 def find_run(ref: str) -> Path | None:

@@ -44,6 +44,8 @@ class UpResult:
     reply: str | None = None
     quiet_for_s: float | None = None
     limit_s: float | None = None
+    limit_by: str | None = None
+    """Whose limit a DEADLINE passed: "profile" (the catalog's timing) or "--deadline" (the user's)."""
     stuck_ranks: tuple[str, ...] = ()
     missing_ranks: tuple[str, ...] = ()
     waiting_ranks: tuple[str, ...] = ()
@@ -215,7 +217,8 @@ def headline(result: UpResult) -> str:
     if result.verdict == "hung":
         return f"HUNG{phase}: no log line and no activity for {result.quiet_for_s:.0f} s"
     if result.verdict == "deadline":
-        return f"DEADLINE{phase}: still going after {result.limit_s:.0f} s (the profile's limit)"
+        whose = "your --deadline" if result.limit_by == "--deadline" else "the profile's"
+        return f"DEADLINE{phase}: still going after {result.limit_s:.0f} s ({whose} limit)"
     if result.verdict == "crashed":
         return f"CRASHED{phase}: {result.exception or 'the server stopped'}"
     if result.verdict == "failed":

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from docker.models.containers import Container
 
-from kit.diagnose.record import record_run
+from kit.diagnose.record import note_start, record_run
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
@@ -108,7 +108,13 @@ def _result(
             limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
         )
     elif isinstance(verdict, Deadline):
-        fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
+        given = tracker.stage in tracker.limits.deadlines_given
+        fields.update(
+            limit_s=verdict.limit_s,
+            limit_by="--deadline" if given else "profile",
+            stuck_ranks=tracker.stuck_ranks(),
+            evidence=tracker.evidence(),
+        )
     elif isinstance(verdict, Crashed):
         fields.update(exception=verdict.exception, evidence=verdict.evidence)
     fields["deadlines_passed"] = deadline_rows(watcher, now)
@@ -157,6 +163,7 @@ def follow_source(
     with DEADLINE where the deadline is what is tested (DeadlinePolicy.VERDICT: the smoke tests).
     With `serve`, a READY server is then watched while it serves (kit/startup/serving.py) until it
     hangs or crashes, or until Ctrl-C / SIGTERM."""
+    note_start(session, spec.target, source.name)  # `kit bundle create --last` knows the newest start
     watcher = Watcher(source, limits, max_attempts=max_attempts, deadline_policy=deadline_policy)
     history = SampleHistory()
 
