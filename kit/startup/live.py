@@ -5,6 +5,8 @@ The only place that draws progress; it reads Progress values and never changes t
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -107,6 +109,8 @@ class LiveView:
         self._last_json_sample = 0.0
         self._said_at = 0.0
         self._counters: Readable | None = None  # the counters last said to be readable
+        self._status_probes = -1  # the serving status last emitted as JSON (its probe count)
+        self._status_said = 0.0  # when a plain serving status line was last printed
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
         self._shown: set[tuple[str, str]] = set()
 
@@ -192,8 +196,49 @@ class LiveView:
             else:
                 self._say(progress, f"{overrun.describe()}; followed on to READY, HUNG or CRASHED")
 
-    def serving(self, change) -> None:
-        """A new verdict while serving (kit/startup/serving.py Change): one live line each."""
+    def serving(self, event) -> None:
+        """The serving watch (kit/startup/serving.py): READY and its first token before it begins
+        (ReadyNotice), its status at each step (ServingStatus: refreshed in place on a terminal, a
+        JSON line per probe, a plain line every HEARTBEAT_S), and each new verdict (Change)."""
+        from kit.startup.serving import ReadyNotice, ServingStatus
+
+        if isinstance(event, ReadyNotice):
+            self._ready(event.result)
+        elif isinstance(event, ServingStatus):
+            self._serving_status(event)
+        else:
+            self._change(event)
+
+    def _ready(self, result) -> None:
+        from kit.startup.result import sglang_phases, verdict_lines
+
+        if self.as_json:
+            keys = ("verdict", "startup_s", "first_token_s", "first_token_endpoint", "first_token_in")
+            emit_json({"type": "ready", **{k: getattr(result, k) for k in keys}})
+            return
+        lines = verdict_lines(result)
+        said = sglang_phases(result.sglang_startup_time)
+        out = self._live.console if self._live else self.console
+        out.print(Text(lines[0], style="bold green"))
+        for line in [
+            *lines[1:],
+            *([f"  {said}"] if said else []),
+            "  serving: watched until HUNG, CRASHED or Ctrl-C",
+        ]:
+            out.print(line, markup=False, highlight=False)
+
+    def _serving_status(self, status) -> None:
+        if self.as_json:
+            if status.probes != self._status_probes:  # one line per probe window
+                self._status_probes = status.probes
+                emit_json(status.as_json())
+        elif self._live:
+            self._live.update(Text(status.line()))
+        elif time.monotonic() - self._status_said >= HEARTBEAT_S:
+            self._status_said = time.monotonic()
+            self.console.print(status.line(), markup=False, highlight=False)
+
+    def _change(self, change) -> None:
         call = change.call
         if self.as_json:
             emit_json(

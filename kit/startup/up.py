@@ -35,7 +35,7 @@ from kit.startup.result import (
     verdict_name,
 )
 from kit.startup.server import start_server
-from kit.startup.serving import OnChange, ServingLimits, as_verdict, watch_serving
+from kit.startup.serving import OnChange, ReadyNotice, ServingLimits, as_verdict, watch_serving
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -246,6 +246,8 @@ def serve_ready(
     result with the serving counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for
     HUNG), to be recorded."""
     source = watcher.source
+    if on_change is not None:
+        on_change(ReadyNotice(ready))  # READY and its first token, said before the serving watch
     call, state, _interrupted = watch_serving(
         watcher,
         limits,
