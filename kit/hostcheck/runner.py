@@ -43,6 +43,7 @@ STEPS = {
     "watch-compile": shape_steps.step_compile,
     "watch-quiet": shape_steps.step_quiet,
     "ties": shape_steps.step_ties,
+    "classify-shapes": shape_steps.step_classify,
 }
 
 
