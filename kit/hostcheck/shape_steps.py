@@ -30,18 +30,12 @@ from kit.hostcheck.watch import watch_to_verdict
 SHAPES = Path(__file__).resolve().parent / "rehearsal" / "shapes.py"
 
 
-def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
-    """Start the rehearsal, `kit watch --pid` it to its verdict, read what is alive, kill the tree."""
-    import psutil
-
-    work = Path(args.work)
-    log = work / f"shape-{mode}.log"
-    report = work / f"shape-{mode}.report.jsonl"
+def start_shape(work: Path, mode: str, log: Path, report: Path, console_path: Path, extra: list[str]):
+    """rehearsal/shapes.py in MODE in its own session (its group remembered for the check's cleanup),
+    its output into CONSOLE_PATH: (the process, the open console file)."""
     for path in (log, report):
         path.unlink(missing_ok=True)
-    console_path = work / f"shape-{mode}.out"
     console = console_path.open("w")
-    started_wall = time.time()
     rehearsal = subprocess.Popen(
         [sys.executable, str(SHAPES), "--log", str(log), "--mode", mode, "--report", str(report), *extra],
         stdout=console,
@@ -49,6 +43,19 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         start_new_session=True,
     )
     remember_pgid(work, rehearsal.pid)
+    return rehearsal, console
+
+
+def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
+    """Start the rehearsal, `kit watch --pid` it to its verdict, read what is alive, kill the tree."""
+    import psutil
+
+    work = Path(args.work)
+    log = work / f"shape-{mode}.log"
+    report = work / f"shape-{mode}.report.jsonl"
+    console_path = work / f"shape-{mode}.out"
+    started_wall = time.time()
+    rehearsal, console = start_shape(work, mode, log, report, console_path, extra)
     argv = [sys.executable, "-m", "kit", "watch", "--pid", str(rehearsal.pid), "--log", str(log)]
     argv += [*stall, "--json"]
     meta: dict = {"type": "gpu-host-check", "mode": mode, "argv": argv, "rehearsal_pid": rehearsal.pid}
@@ -191,16 +198,8 @@ def step_classify(args, status) -> None:
     os.environ["TRITON_CACHE_DIR"] = str(work / "classify-triton-cache")  # cold: a real compile
     for mode, settle in (("spin", 12.0), ("compile", 8.0)):
         log, report = work / f"classify-{mode}.log", work / f"classify-{mode}.report.jsonl"
-        report.unlink(missing_ok=True)
-        console = (work / f"classify-{mode}.out").open("w")
         extra = ["--compile-seconds", str(args.compile_seconds)] if mode == "compile" else []
-        rehearsal = subprocess.Popen(
-            [sys.executable, str(SHAPES), "--log", str(log), "--mode", mode, "--report", str(report), *extra],
-            stdout=console,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        remember_pgid(work, rehearsal.pid)
+        rehearsal, console = start_shape(work, mode, log, report, work / f"classify-{mode}.out", extra)
         try:
             time.sleep(settle)
             said = report.read_text() if report.exists() else ""

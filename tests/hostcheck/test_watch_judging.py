@@ -144,6 +144,7 @@ def test_a_shape_sampled_by_stack_is_judged_by_its_kind_and_its_compiler_child()
     state, line = judge_classified("spin", ["spinning", "other"], [where, where], [])
     assert state == "finding" and "expected every sample spinning" in line
     compiling = "compile (triton/compiler/compiler.py:300) <- kernel (shapes.py:120)"
-    assert judge_classified("compile", ["working", "working"], [compiling] * 2, ["ptxas-blackwell"])[0] == "ok"
+    both = judge_classified("compile", ["working", "working"], [compiling] * 2, ["ptxas-blackwell"])
+    assert both[0] == "ok"
     state, line = judge_classified("compile", ["working"], ["x"], [])
     assert state == "finding" and "two stack samples" in line and "compiler child" in line
