@@ -184,11 +184,24 @@ def tensor_parallel(tracker: Tracker) -> int:
     return tracker.limits.expected_ranks or 1
 
 
-def error_lines(tracker: Tracker, now: float, *, ended: bool = False) -> tuple[str, ...]:
-    """The errors the server went on after, one line each: rank, exception (or the line)."""
+def _message(text: str) -> str:
+    """An exception line's message without its type: 'OSError: Repo id ...' -> 'Repo id ...'."""
+    head, sep, rest = text.strip().partition(": ")
+    return rest.strip() if sep and " " not in head else text.strip()
+
+
+def error_lines(
+    tracker: Tracker, now: float, *, ended: bool = False, fatal: str | None = None
+) -> tuple[str, ...]:
+    """The errors the server went on after, one line each: rank, exception (or the line). FATAL: the
+    exception a crash ended on; the same error again (a chained traceback's other links:
+    'HFValidationError: X' under 'OSError: X') is that crash, never something it went on after."""
     lines = []
+    ended_on = _message(fatal) if fatal else None
     for event in tracker.survived_errors(now, ended=ended):
-        what = event.fields.get("exception") or event.text.strip()
+        what = str(event.fields.get("exception") or event.text.strip())
+        if ended_on and _message(what) == ended_on:
+            continue
         lines.append(f"{event.rank_label}: {what}"[:300])
     return tuple(lines)
 

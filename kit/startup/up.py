@@ -91,7 +91,12 @@ def _result(
             verdict, tracker, stacks, device, extra.get("gpus"), watcher.environment_evidence()
         ),
         "activity": tracker.activity(),
-        "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
+        "survived_errors": error_lines(
+            tracker,
+            now,
+            ended=watcher.final_state is not None,
+            fatal=verdict.exception if isinstance(verdict, Crashed) else None,
+        ),
         "gpu_error": tracker.gpu_error,
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
         "counters": None if tracker.last_sample is None else readable_counters(tracker.last_sample).as_dict(),

@@ -151,11 +151,12 @@ def model_path_findings(r: Resolved) -> list[Finding]:
             "error",
             f"model path {path} is no folder of image {spec.image} (it holds {', '.join(held) or 'none'}) "
             "and no mount of this launch reaches it: SGLang would take it for a Hugging Face repo id "
-            "and stop ('Repo id must use alphanumeric chars')",
+            "and stop ('Repo id must be in the form ...' or '... must use alphanumeric chars')",
             f"point the model's path (kit/catalog/models/) at one of {', '.join(held) or 'its folders'}, "
             "or give its hf_id and fetch it (kit model fetch)",
-            "sglang 0.5.23 srt/utils/hf_transformers/config.py get_config (AutoConfig.from_pretrained: a "
-            "path that is no folder goes to huggingface_hub's validate_repo_id)",
+            "sglang 0.5.23 srt/utils/hf_transformers/config.py get_config -> srt/configs/model_config.py "
+            "load_pointer_head -> transformers cached_file: a path that is no folder is a repo id "
+            "(tests/fixtures/kit-logs/sglang-0.5.23-cpu-missing-model-path.log)",
         )
     ]
 
