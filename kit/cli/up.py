@@ -38,7 +38,15 @@ def _print_result(result, out, *, container: bool = True) -> None:
         )
     if said := sglang_phases(result.sglang_startup_time):
         out.print(f"  {said}", markup=False, highlight=False)
-    if not container:
+    if result.container_gone and not result.container_removed:
+        # Removed when it stopped (docker run --rm, or by someone else): there is nothing to keep.
+        out.print(
+            f"  container gone: {result.container} was removed when it stopped (its --rm, or by someone "
+            "else), not by the kit",
+            markup=False,
+            highlight=False,
+        )
+    elif not container:
         out.print(f"  watched {result.container}: never stopped by the kit", markup=False, highlight=False)
     elif result.container_removed:
         out.print(f"  removed container {result.container}", markup=False, highlight=False)

@@ -89,6 +89,8 @@ class UpResult:
     upstream: tuple[str, ...] = ()
     """The upstream tools' word on a verdict other than READY (kit/runtime/upstream.py): SGLang's
     soft watchdog, NCCL RAS (two snapshots), the flight recorder's fr_trace, or why each was not asked."""
+    container_gone: bool = False
+    """The container was gone when the watch ended (its --rm, or someone removed it): never "kept"."""
     counters: dict | None = None
     """Which activity counters the watch could read on this host ({"read": [...], "unread": [...]},
     kit/logs/counters.py): a verdict resting on counters says which it had."""

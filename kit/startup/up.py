@@ -99,6 +99,7 @@ def _result(
         ),
         "gpu_error": tracker.gpu_error,
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
+        "container_gone": bool(watcher.final_state is not None and watcher.final_state.gone),
         "counters": None if tracker.last_sample is None else readable_counters(tracker.last_sample).as_dict(),
     }
     starts = [span.start for span in tracker.timeline]
