@@ -376,6 +376,8 @@ def result_from_analysis(
         "likely_causes": _causes(report, device, stacks),
         "quiet_for_s": None if quiet_for_s is None else round(quiet_for_s, 1),
         "analysed": OFFLINE,
+        # What the serving stretch of the log shows (kit/logs/digest.py): the picture's serving row.
+        "serving_stretch": jsonable(report.serving),
     }
 
 
