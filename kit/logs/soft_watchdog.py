@@ -22,7 +22,8 @@ PID {pid}.`), and again every timeout for as long as the counter stands still.
 Those lines are SGLang's own word on where a rank is, not progress: a watch that counted them as
 output would call a hung start alive once a window. `SoftWatchdogReader.feed` says which lines are
 the watchdog's (the watcher keeps them as evidence and out of the quiet clock) and keeps each
-report; kit analyze reads the timeout line through the `watchdog.soft` pattern in patterns.toml.
+report; kit analyze reads the timeout lines through patterns.toml (the scheduler's through the
+serving block's `stall` pattern, which comes first, any other watchdog's through `watchdog.soft`).
 A hard watchdog's line (`soft=False`: SIGQUIT follows) is not the soft watchdog's: it goes on to
 the parser as the error it is.
 """

@@ -525,10 +525,10 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
     ),
     # SGLang 0.5.23 srt/utils/watchdog.py, the soft watchdog (its own block in patterns.toml)
     (
-        P + "Scheduler watchdog timeout (self.watchdog_timeout=60.0, self.soft=True)",
+        M + "TokenizerManager watchdog timeout (self.watchdog_timeout=60.0, self.soft=True)",
         Note.SOFT_WATCHDOG,
         "soft-watchdog",
-        {"watchdog": "Scheduler", "timeout_s": 60.0},
+        {"watchdog": "TokenizerManager", "timeout_s": 60.0},
     ),
 ]
 
