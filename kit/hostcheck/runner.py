@@ -47,6 +47,7 @@ STEPS = {
     "xid-events": evidence_steps.step_xid_events,
     "load-progress": evidence_steps.step_load_progress,
     "acceptance": evidence_steps.step_acceptance,
+    "classify-shapes": shape_steps.step_classify,
 }
 
 

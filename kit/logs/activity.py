@@ -51,6 +51,9 @@ class ActivitySample:
     checkpoint_resident: int | None = None
     checkpoint_mapped: int | None = None
     storage: str | None = None
+    # Where compile_bytes came from: "proc" (the processes' /proc/PID/io) or "cgroup" (the
+    # container's block-I/O write bytes, where /proc/PID/io cannot be read); kit/logs/counters.py.
+    writes_via: str | None = None
 
 
 def _delta(before: float | None, after: float | None) -> float:

@@ -59,6 +59,7 @@ class Note(StrEnum):
     # with no start-up line in it is a server that is serving.
     SERVING = "serving"
     DIFFUSION = "server.diffusion"  # SGLang's diffusion server (multimodal_gen): no LM start-up
+    SOFT_WATCHDOG = "watchdog.soft"  # SGLang's soft watchdog fired (kit/logs/soft_watchdog.py)
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.

@@ -34,6 +34,7 @@ from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.runtime.compile_cache import volume_name
 from kit.runtime.engine import LABEL_MANAGED
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host.gpus import GpuWay
 from kit.spec import CONTAINER_HF_CACHE, PHASES, LaunchSpec
 
@@ -164,7 +165,7 @@ def compose_service(
     require_one_line(spec, "a Compose file")
     check_exposure(spec)
     gpu = gpu_keys(way or portable_way(spec)) if spec.gpus else {}
-    variables = {**COMPILE_ENV, **gpu.pop("environment", {}), **spec.env}
+    variables = {**COMPILE_ENV, **FLIGHT_RECORDER_ENV, **gpu.pop("environment", {}), **spec.env}
     environment: dict[str, str] = {key: _literal(value) for key, value in sorted(variables.items())}
     for key in spec.pass_env:
         if key == spec.api_key_env:

@@ -26,6 +26,7 @@ from kit.logs import (
     Tracker,
     Verdict,
 )
+from kit.logs.soft_watchdog import SoftWatchdogReader
 from kit.proxyenv import ProxyGap, loopback_gap
 from kit.runtime.source import Source, SourceState
 from kit.startup.overrun import (
@@ -151,6 +152,8 @@ class Watcher:
         self.proxy_gap: ProxyGap | None = loopback_gap(source.environment() or {})
         self._http_up_at: float | None = None
         self._warmup_request_seen = False
+        # SGLang's soft watchdog (every render arms it): its dumps are evidence, never progress.
+        self.soft_watchdog = SoftWatchdogReader()
         # What happened before the watch began is known only from the log: activity cannot be
         # judged before the first sample, so quiet time counts from the watch's start at the earliest.
         self._ingest(source.read())
@@ -177,6 +180,8 @@ class Watcher:
             if bar is not None:
                 self._shards = (self.attempts.number, bar)
             found = self.parser.feed(line)
+            if self.soft_watchdog.feed(line):
+                continue  # kept in `lines` and by the reader; a stalled start must not look alive
             self.attempts = self.attempts.observe_line(t, line).observe_events(found, t)
             events.extend(found)
             if _WARMUP_REQUEST in line:

@@ -24,6 +24,7 @@ from kit.dialects import Rule, matches
 from kit.launch import Resolved, resolve_full
 from kit.model.cache import fetched_file
 from kit.proxyenv import NO_PROXY_FIX, loopback_gap
+from kit.spec import CONTAINER_HF_CACHE
 from kit.validate._memory import MemoryFit, memory_fit
 from kit.validate._parallel import Split, broken_splits, splits_from_facts, splits_of
 
@@ -38,6 +39,12 @@ __all__ = [
 ]
 
 PITFALLS = Path(__file__).resolve().parent / "pitfalls.toml"
+# The model folders the kit's images hold, by flavor (the Dockerfile: qwen-tiny in every image, tiny
+# in the CPU rehearsal only; tests/validate holds this table to it).
+IMAGE_MODELS: dict[str, tuple[str, ...]] = {
+    "cpu": ("/opt/kit/models/tiny", "/opt/kit/models/qwen-tiny"),
+    "cuda": ("/opt/kit/models/qwen-tiny",),
+}
 CPU_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
@@ -157,6 +164,34 @@ def _bind_findings(r: Resolved) -> list[Finding]:
     ]
 
 
+def model_path_findings(r: Resolved) -> list[Finding]:
+    """A model path that is a folder (not a Hub id) must be one the image holds or one a mount of
+    the launch reaches (the HF cache); anything else SGLang takes for a Hugging Face repo id and
+    stops on: huggingface_hub's validate_repo_id, 'Repo id must use alphanumeric chars ...'."""
+    spec = r.spec
+    path = spec.model_path
+    if spec.hf_repo or not path.startswith("/"):
+        return []
+    held = IMAGE_MODELS.get(spec.device, ())
+    mounts = (CONTAINER_HF_CACHE,) if spec.hf_cache else ()
+    if any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in (*held, *mounts)):
+        return []
+    return [
+        Finding(
+            "model-path-missing",
+            "error",
+            f"model path {path} is no folder of image {spec.image} (it holds {', '.join(held) or 'none'}) "
+            "and no mount of this launch reaches it: SGLang would take it for a Hugging Face repo id "
+            "and stop ('Repo id must be in the form ...' or '... must use alphanumeric chars')",
+            f"point the model's path (kit/catalog/models/) at one of {', '.join(held) or 'its folders'}, "
+            "or give its hf_id and fetch it (kit model fetch)",
+            "sglang 0.5.23 srt/utils/hf_transformers/config.py get_config -> srt/configs/model_config.py "
+            "load_pointer_head -> transformers cached_file: a path that is no folder is a repo id "
+            "(tests/fixtures/kit-logs/sglang-0.5.23-cpu-missing-model-path.log)",
+        )
+    ]
+
+
 def _parallel_findings(r: Resolved) -> list[Finding]:
     tp, device = r.profile.tp, r.spec.device
     splits, read_from = _splits(r)
@@ -181,7 +216,7 @@ def _parallel_findings(r: Resolved) -> list[Finding]:
 
 
 def findings_for(r: Resolved) -> tuple[list[Finding], MemoryFit | None]:
-    findings = _parallel_findings(r)
+    findings = [*model_path_findings(r), *_parallel_findings(r)]
     fit = None
     if r.spec.device == "cuda" and r.hardware is not None:
         fit = memory_fit(r.model.facts, r.profile, r.hardware, r.translation.facts.get("mamba_cache"))

@@ -523,6 +523,13 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "launch",
         {"kind": "vllm_args", "tp": 2, "pp": 1},
     ),
+    # SGLang 0.5.23 srt/utils/watchdog.py, the soft watchdog (its own block in patterns.toml)
+    (
+        M + "TokenizerManager watchdog timeout (self.watchdog_timeout=60.0, self.soft=True)",
+        Note.SOFT_WATCHDOG,
+        "soft-watchdog",
+        {"watchdog": "TokenizerManager", "timeout_s": 60.0},
+    ),
 ]
 
 

@@ -22,6 +22,7 @@ from kit.render.lws import lws_manifests, render_lws
 from kit.render.sglang import launch_command, render_sglang
 from kit.render.systemd import render_systemd
 from kit.runtime.compile_cache import ENV, MOUNT, VOLUME
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host import GpuWay
 
 OLD = "sglang-0.5.10.post1-cu129-sm120"
@@ -130,7 +131,12 @@ def test_compose_services_key_lines():
     tiny = services["tiny"]
     assert tiny["image"] == "kit/sglang:sglang-0.5.23-cpu"
     assert tiny["command"] == list(resolve("tiny").argv)
-    assert tiny["environment"] == {**ENV, "SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_USE_CPU_ENGINE": "1"}
+    assert tiny["environment"] == {
+        **ENV,
+        **FLIGHT_RECORDER_ENV,
+        "SGLANG_CPU_OMP_THREADS_BIND": "0|1",
+        "SGLANG_USE_CPU_ENGINE": "1",
+    }
     assert tiny["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]  # no curl in the image
     assert tiny["healthcheck"]["start_period"] == "480s"
     assert "deploy" not in tiny
@@ -230,6 +236,24 @@ def test_lws_single_node_and_multi_node():
 def test_every_renderer_renders_every_target(kind, target):
     code, out, err = run_cli(["render", kind, target])
     assert code == 0 and out and not err
+
+
+@pytest.mark.parametrize("kind", ["sglang", "docker", "systemd", "lws", "compose"])
+@pytest.mark.parametrize("target", ["qwen-mtp", "tiny"])
+def test_every_render_arms_the_flight_recorder_and_the_soft_watchdog(kind, target):
+    """PyTorch's flight recorder (its variables, dumps into the folder every render mounts) and
+    SGLang's soft watchdog at the profile's longest stall window, in every shape of the server."""
+    from kit.launch import resolve_full, soft_watchdog_s
+
+    code, out, _ = run_cli(["render", kind, target])
+    assert code == 0
+    for key, value in FLIGHT_RECORDER_ENV.items():
+        assert key in out and value in out, (key, value)
+    assert value.startswith(MOUNT + "/") and MOUNT in out  # the folder a volume mounts (sglang: says so)
+    resolved = resolve(target)
+    window = max(resolved.timing.stall_windows.values())
+    assert "--soft-watchdog-timeout" in out and str(int(window)) in out
+    assert soft_watchdog_s(resolve_full(target).profile) == int(window)
 
 
 def test_targets_command_lists_the_catalog():

@@ -220,3 +220,17 @@ def test_a_hung_verdict_is_never_turned_into_a_report():
     source, _spec, limits = _replay("stalled-load")
     verdict = Watcher(source, limits).run()
     assert isinstance(verdict, Hung) and verdict.phase.value == "load"
+
+
+def test_the_deadline_line_says_whose_limit_it_was():
+    """The profile's limit, or the user's --deadline (PhaseLimits.deadlines_given)."""
+    source, spec, limits = _replay("cold-load")
+    profiles = follow_source(source, spec, limits, session="test", deadline_policy=DeadlinePolicy.VERDICT)
+    assert profiles.limit_by == "profile"
+    assert headline(profiles) == "DEADLINE in load: still going after 300 s (the profile's limit)"
+    source, spec, _ = _replay("cold-load")
+    users = limits_from_spec(spec, deadlines={"load": LOAD_DEADLINE})
+    given = follow_source(source, spec, users, session="test", deadline_policy=DeadlinePolicy.VERDICT)
+    assert given.limit_by == "--deadline"
+    assert headline(given) == "DEADLINE in load: still going after 300 s (your --deadline limit)"
+    assert problems({"type": "result", **jsonable(given)}, "up-result") == []
