@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -362,21 +363,66 @@ def _human_verify(result, out) -> None:
     out.print(f"{verdict} ({result.seconds:.1f} s)")
 
 
-@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("diff")
 @click.argument("a")
 @click.argument("b")
+@click.option(
+    "--files",
+    is_flag=True,
+    help="Compare the two filesystems file by file (path, type, mode, owner, size, sha256) instead of "
+    "their locks; FAILED when a file differs outside the documented list (kit/images/may_differ.toml).",
+)
+@click.option(
+    "--show",
+    "show_n",
+    type=click.IntRange(0, 100_000),
+    default=20,
+    show_default=True,
+    help="With --files: how many differing files to print (the count is always printed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the difference as one JSON document.")
-def diff(a: str, b: str, as_json: bool) -> None:
-    """Python packages added, removed and changed from image A to image B (their build-time locks).
+def diff(a: str, b: str, files: bool, show_n: int, as_json: bool) -> None:
+    """Python packages added, removed and changed from image A to image B (their build-time locks);
+    with --files, every file that differs.
 
-    A and B are manifest names (kit/sglang:NAME), or any image reference or id.
+    A and B are manifest names (kit/sglang:NAME), or any image reference or id; without --files both
+    must be kit images (they record their lock at /opt/kit/lock.txt). FAILED: only with --files,
+    a file differs outside the documented list.
     """
+    (ref_a, name_a), (ref_b, name_b) = _image_ref(a), _image_ref(b)
+    if files:
+        from kit.errors import CheckFailed
+        from kit.images.files import diff_image_files
+
+        found = diff_image_files(ref_a, ref_b, a_name=name_a, b_name=name_b)
+        shown = found if as_json else dataclasses.replace(found, differences=found.differences[:show_n])
+        show(shown, as_json=as_json, human=_human_files)
+        if not found.same:
+            raise CheckFailed(
+                f"{found.differing} of {found.paths} paths differ between {name_a} and {name_b}",
+                hint="the first ones are listed above; --json lists them all",
+            )
+        return
     from kit.images.lock import diff_locks, read_image_lock
 
-    (ref_a, name_a), (ref_b, name_b) = _image_ref(a), _image_ref(b)
     result = diff_locks(read_image_lock(ref_a), read_image_lock(ref_b), a_name=name_a, b_name=name_b)
     show(result, as_json=as_json, human=_human_diff)
+
+
+def _human_files(result, out) -> None:
+    out.print(
+        f"{result.a} ({result.paths_a} paths) and {result.b} ({result.paths_b} paths): "
+        f"{result.differing} of {result.paths} differ, {result.documented} more on the documented list",
+        markup=False,
+        highlight=False,
+    )
+    for difference in result.differences:
+        why = f"  (may differ: {difference.reason})" if difference.reason else ""
+        out.print(f"  {difference.path}: {', '.join(difference.what)}{why}", markup=False, highlight=False)
+    hidden = result.differing + result.documented - len(result.differences)
+    if hidden > 0:
+        out.print(f"  ... {hidden} more (--show N, or --json for all)", markup=False, highlight=False)
 
 
 def _image_ref(arg: str) -> tuple[str, str]:

@@ -18,6 +18,10 @@ from kit.errors import EnvironmentProblem, KitError
 MANAGED_VALUE = "verify"
 
 
+class NotInImage(KitError):
+    """The image has no such file: it is not a kit image, or one built before the kit recorded it."""
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     ref: str
@@ -89,8 +93,9 @@ def read_file(ref: str, path: str, *, label_image: str = "") -> bytes:
             try:
                 chunks, _ = container.get_archive(path)
             except NotFound as exc:
-                raise KitError(
-                    f"{ref} has no {path}", hint="it was built before the kit recorded it; rebuild it"
+                raise NotInImage(
+                    f"{ref} has no {path}",
+                    hint="it is not a kit image, or one built before the kit recorded that file",
                 ) from exc
             archive = io.BytesIO(b"".join(chunks))
         finally:
