@@ -10,7 +10,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import FiniteFloat, InputFile
+from kit.cli.params import FiniteFloat, InputFile, resolver_timeout
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -60,7 +60,6 @@ def build(
 ) -> None:
     """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
     With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
-    from kit.cli.image_lock import bundle_build_options
     from kit.errors import InputError
     from kit.images.build import BuildOptions, build_image
     from kit.images.manifest import load_manifest
@@ -91,6 +90,37 @@ def build(
             f"torch from {r.torch_source}; log {r.log_path}"
         ),
     )
+
+
+def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
+    """`kit image build --from-bundle`: show the bundle's lock, judge it, and refuse (exit 2, before
+    any build) what the kit does not build. Returns (manifest name, lock text, tag)."""
+    from kit import paths
+    from kit.check.locks import LOCK_DIR
+    from kit.diagnose.from_bundle import bundle_lock, judge, kit_locks
+    from kit.errors import InputError
+    from kit.images.manifest import list_manifests
+
+    text, name = bundle_lock(path)
+    judged = judge(text, name, list_manifests(), kit_locks([paths.images_dir(), LOCK_DIR]))
+    out = console()
+    out.print(f"bundle {path}: its lock, before anything is built", markup=False, highlight=False)
+    for line in judged.lines():
+        out.print(f"  {line}", markup=False, highlight=False)
+    for refusal in judged.fatal:
+        out.print(f"  NEVER BUILT {refusal.line()}", markup=False, highlight=False)
+    for refusal in judged.refused:
+        out.print(f"  REFUSED {refusal.line()}", markup=False, highlight=False)
+    if judged.fatal:
+        raise InputError("--from-bundle", judged.fatal[0].line(), "the kit builds only a hashed kit lock")
+    if judged.refused and not trusted:
+        raise InputError(
+            "--from-bundle",
+            f"{len(judged.refused)} package(s) outside the kit's own locks, first {judged.refused[0].line()}",
+            "read them above; --trust-bundle builds them anyway",
+        )
+    assert judged.manifest is not None
+    return judged.manifest, text, f"kit/sglang:{judged.manifest}-bundle-{judged.digest[7:19]}"
 
 
 class _BuildProgress:
@@ -466,18 +496,6 @@ def _human_diff(result, out) -> None:
     )
 
 
-def resolver_timeout(tool: str):
-    """--timeout for a command that runs a resolver per image (pip for resolve, uv for lock)."""
-    return click.option(
-        "--timeout",
-        "timeout_s",
-        type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
-        default=900,
-        show_default=True,
-        help=f"Seconds {tool} may take per image.",
-    )
-
-
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("resolve")
 @click.argument("names", nargs=-1, metavar="[NAME]...")
@@ -555,3 +573,10 @@ def _human_resolve(reports, out) -> None:
             out.print(f"  {len(r.resolved)} distributions; {shown}", markup=False, highlight=False)
         for note in r.notes:
             out.print(f"  note: {note}", markup=False, highlight=False, style="dim")
+
+
+# `kit image lock` lives in its own module; the group adds it here, so naming `image` is enough to
+# find it (and kit.cli.image_lock imports nothing from this module: no circle).
+from kit.cli.image_lock import lock  # noqa: E402
+
+image.add_command(lock)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from kit.cli.exits import exits
-from kit.cli.image import image, resolver_timeout
+from kit.cli.params import resolver_timeout
 from kit.output import console, err_console
 
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT")
-@image.command("lock")
+@click.command("lock")
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option(
     "--check",
@@ -73,34 +73,3 @@ def lock(names: tuple[str, ...], check: bool, timeout_s: float) -> None:
             f"not locked: {', '.join(unreachable)} (an index could not be reached)",
             hint="their old locks are left as they were; relock where the index answers",
         )
-
-
-def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
-    """`kit image build --from-bundle`: show the bundle's lock, judge it, and refuse (exit 2, before
-    any build) what the kit does not build. Returns (manifest name, lock text, tag)."""
-    from kit import paths
-    from kit.check.locks import LOCK_DIR
-    from kit.diagnose.from_bundle import bundle_lock, judge, kit_locks
-    from kit.errors import InputError
-    from kit.images.manifest import list_manifests
-
-    text, name = bundle_lock(path)
-    judged = judge(text, name, list_manifests(), kit_locks([paths.images_dir(), LOCK_DIR]))
-    out = console()
-    out.print(f"bundle {path}: its lock, before anything is built", markup=False, highlight=False)
-    for line in judged.lines():
-        out.print(f"  {line}", markup=False, highlight=False)
-    for refusal in judged.fatal:
-        out.print(f"  NEVER BUILT {refusal.line()}", markup=False, highlight=False)
-    for refusal in judged.refused:
-        out.print(f"  REFUSED {refusal.line()}", markup=False, highlight=False)
-    if judged.fatal:
-        raise InputError("--from-bundle", judged.fatal[0].line(), "the kit builds only a hashed kit lock")
-    if judged.refused and not trusted:
-        raise InputError(
-            "--from-bundle",
-            f"{len(judged.refused)} package(s) outside the kit's own locks, first {judged.refused[0].line()}",
-            "read them above; --trust-bundle builds them anyway",
-        )
-    assert judged.manifest is not None
-    return judged.manifest, text, f"kit/sglang:{judged.manifest}-bundle-{judged.digest[7:19]}"

@@ -14,13 +14,14 @@ import re
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit import paths
 from kit.errors import InputError, KitError
-from kit.images.manifest import Manifest
+from kit.images.manifest import Manifest, lock_path
+from kit.images.resolve import find_local_wheel, python_tag
 
 _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
 
@@ -52,26 +53,6 @@ class BuildResult:
     torch_source: str
     log_path: Path
     build_args: dict[str, str] = field(default_factory=dict)
-
-
-def python_tag(python: str) -> str:
-    """'python3.11' -> 'cp311' (the wheel tag of the image's interpreter)."""
-    match = re.fullmatch(r"python(\d)\.(\d+)", python)
-    if not match:
-        raise InputError("base.python", f"'{python}' is not like python3.11", "name the interpreter package")
-    return f"cp{match.group(1)}{match.group(2)}"
-
-
-def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path]) -> Path | None:
-    """A local wheel of exactly this version for this interpreter (linux x86_64), if one lies in dirs."""
-    prefix = f"{dist}-{version}-{py_tag}-{py_tag}-"
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for wheel in sorted(directory.glob(f"{dist}-*.whl")):
-            if wheel.name.startswith(prefix) and "x86_64" in wheel.name:
-                return wheel
-    return None
 
 
 def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
@@ -130,8 +111,6 @@ def local_torch_wheel(manifest: Manifest, options: BuildOptions) -> Path | None:
 
 def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     """Write the build context tar to `out`; return where torch will come from."""
-    from kit.images.image_lock import lock_path
-
     pkg = paths.package_dir()
     wheel = local_torch_wheel(manifest, options)
     lock = lock_path(manifest.name)

@@ -30,21 +30,23 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from kit import paths
 from kit.errors import EnvironmentProblem, InputError
 from kit.files import write_atomic
 from kit.images.lock import LockDiff, diff_locks, normalize, parse_lock
-from kit.images.manifest import Manifest
-from kit.images.resolve import _data, distribution, python_version, requirements_for
+from kit.images.manifest import LOCK_SUFFIX, Manifest, lock_path
+from kit.images.resolve import (
+    _data,
+    cuda_constraints,
+    distribution,
+    find_local_wheel,
+    python_tag,
+    python_version,
+    requirements_for,
+)
 
-LOCK_SUFFIX = ".lock"
 _HEADER_KEY = re.compile(r"^# kit-lock (?P<key>[a-z-]+): (?P<value>.*)$")
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
 _HASH = re.compile(r"--hash=(?P<hash>sha256:[0-9a-f]{64})")
-
-
-def lock_path(name: str, directory: Path | None = None) -> Path:
-    return (directory or paths.images_dir()) / f"{name}{LOCK_SUFFIX}"
 
 
 def lock_digest(text: str) -> str:
@@ -72,16 +74,6 @@ class LockAsk:
     @property
     def pins(self) -> tuple[str, ...]:
         return self.together + self.no_deps + self.overrides
-
-
-def cuda_constraints(manifest: Manifest) -> tuple[str, ...]:
-    """'nvidia-cuda-nvcc==13.0.*' (and its -cu13 name) for each toolkit-versioned CUDA wheel."""
-    cuda = manifest.pins.cuda
-    if not cuda:
-        return ()
-    major = cuda.split(".", 1)[0]
-    names = _data()["lock"]["cuda_components"]
-    return tuple(f"{n}{suffix}=={cuda}.*" for n in names for suffix in ("", f"-cu{major}"))
 
 
 def lock_ask(manifest: Manifest) -> LockAsk:
@@ -310,7 +302,6 @@ def make_lock(
     """Resolve the manifest into a lock's text. An index that cannot be reached: EnvironmentProblem
     (exit 3), unless it is the torch index and the pinned torch wheel lies in a local folder and
     nothing else comes from that index (the CPU image: torch only)."""
-    from kit.images.build import find_local_wheel, python_tag
     from kit.images.resolve import probe_index
 
     ask = lock_ask(manifest)

@@ -185,6 +185,14 @@ def manifest_path(name: str, directory: Path | None = None) -> Path:
     return (directory or paths.images_dir()) / f"{name}.toml"
 
 
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(name: str, directory: Path | None = None) -> Path:
+    """images/NAME.lock, beside its manifest (kit.images.image_lock writes and checks it)."""
+    return (directory or paths.images_dir()) / f"{name}{LOCK_SUFFIX}"
+
+
 def list_manifests(directory: Path | None = None) -> list[str]:
     directory = directory or paths.images_dir()
     return sorted(p.stem for p in directory.glob("*.toml"))

@@ -21,7 +21,7 @@ from typing import Any
 
 from kit.errors import EnvironmentProblem, KitError
 from kit.images.gpu_access import Attempt, GpuAccess, GpuMode, granted, not_asked, plan, refused
-from kit.images.manifest import Manifest
+from kit.images.manifest import Manifest, lock_path
 from kit.images.verify_rows import (
     COLLECTIVE_TIMEOUT_S,
     CPU_RANKS,
@@ -293,7 +293,6 @@ def verify_image(
 def _locks(manifest: Manifest, tag: str) -> tuple[str | None, str | None]:
     """(images/NAME.lock, what pip installed in the image); None for one that is not there. An image
     built before locks recorded its `pip freeze --all` at lock.txt instead of installed.txt."""
-    from kit.images.image_lock import lock_path
     from kit.images.inspect import read_file
     from kit.images.lock import INSTALLED_PATH, LOCK_PATH
 

@@ -99,8 +99,7 @@ def two_small_images():
     tags = [f"kit-test/files-diff:{uuid.uuid4().hex[:8]}-{n}" for n in ("a", "b")]
     for tag, body in zip(tags, ("one", "two"), strict=True):
         dockerfile = (
-            "FROM debian:bookworm-slim\n"
-            f"RUN echo {body} > /opt/differs && echo same > /opt/same\n"
+            f"FROM debian:bookworm-slim\nRUN echo {body} > /opt/differs && echo same > /opt/same\n"
         ).encode()
         context = io.BytesIO()
         with tarfile.open(fileobj=context, mode="w") as tar:
@@ -117,9 +116,7 @@ def two_small_images():
 
 
 @pytest.mark.docker
-def test_diff_files_names_the_differing_file_and_exits_1(
-    two_small_images, capsys
-):
+def test_diff_files_names_the_differing_file_and_exits_1(two_small_images, capsys):
     a, b = two_small_images
     assert run_kit(["image", "diff", a, b, "--files", "--json"]) == 1
     captured = capsys.readouterr()

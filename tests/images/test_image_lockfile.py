@@ -17,7 +17,6 @@ from kit.images import image_lock
 from kit.images.image_lock import (
     change_lines,
     check_lock,
-    cuda_constraints,
     header,
     lock_ask,
     lock_changes,
@@ -25,7 +24,7 @@ from kit.images.image_lock import (
     parse_entries,
 )
 from kit.images.manifest import list_manifests, load_manifest
-from kit.images.resolve import _data, distribution, python_version
+from kit.images.resolve import _data, cuda_constraints, distribution, python_version
 from kit.images.verify import lock_row
 
 IMAGES = ROOT / "images"
