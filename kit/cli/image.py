@@ -47,6 +47,12 @@ def image() -> None:
     help="Folder with a local torch wheel (default: your pip's find-links folders).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@click.option(
+    "--apt-snapshot",
+    is_flag=True,
+    help="apt from the snapshot of the lock's date (snapshot.debian.org / snapshot.ubuntu.com), for "
+    "a locked system package version the mirror no longer serves.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def build(
     name: str | None,
@@ -56,10 +62,13 @@ def build(
     no_host_ca: bool,
     wheel_dirs: tuple[Path, ...],
     no_cache: bool,
+    apt_snapshot: bool,
     as_json: bool,
 ) -> None:
     """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
     With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
+    from rich.markup import escape
+
     from kit.errors import InputError
     from kit.images.build import BuildOptions, build_image
     from kit.images.manifest import load_manifest
@@ -78,6 +87,7 @@ def build(
         no_cache=no_cache,
         lock_text=lock_text,
         tag=tag,
+        apt_snapshot=apt_snapshot,
     )
     progress = _BuildProgress(options.tag or manifest.tag)
     with progress:
@@ -87,7 +97,7 @@ def build(
         as_json=as_json,
         human=lambda r, c: c.print(
             f"[bold green]built[/] {r.tag} ({r.image_id[:19]}) in {r.seconds:.0f} s; "
-            f"torch from {r.torch_source}; log {r.log_path}"
+            f"torch from {r.torch_source}; {escape(r.base)}; log {r.log_path}"
         ),
     )
 
@@ -170,6 +180,8 @@ class _BuildProgress:
         with self._lock:
             now = self._clock()
             printed = self.steps.line(text, now)
+            if text.startswith("kit: "):  # the kit's own word (its base, the locked system packages)
+                err_console().print(text.strip(), markup=False, highlight=False)
             if self._status:
                 self._status.update(f"building {self.tag}  {self.steps.status(now)}")
             else:
@@ -294,10 +306,10 @@ def build_args_cmd(name: str, fmt: str) -> None:
     """The build args `kit image build NAME` feeds the Dockerfile (torch from the manifest's index)."""
     import json
 
-    from kit.images.build import build_args
+    from kit.images.build import committed_build_args
     from kit.images.manifest import load_manifest
 
-    args = build_args(load_manifest(name))
+    args = committed_build_args(load_manifest(name))
     if fmt == "json":
         click.echo(json.dumps(args, indent=2))
         return

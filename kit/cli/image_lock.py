@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kit.cli.exits import exits
-from kit.cli.params import resolver_timeout
+from kit.cli.params import Line, resolver_timeout
 from kit.output import console, err_console
 
 
@@ -16,45 +16,109 @@ from kit.output import console, err_console
     "--check",
     is_flag=True,
     help="Write nothing: does images/NAME.lock still satisfy images/NAME.toml (pins, platform, "
-    "Python, indexes, CUDA minor, a hash for every package)? No network.",
+    "Python, indexes, CUDA minor, a hash for every package, the base and the named system packages)? "
+    "No network. A manifest without a lock is reported as such, not as a failure.",
+)
+@click.option(
+    "--system",
+    is_flag=True,
+    help="Record the system part instead: the base the image was built on and every Debian/Ubuntu "
+    "package in its dpkg database, read from the built image (no process runs in it).",
+)
+@click.option(
+    "--image",
+    "image_ref",
+    type=Line(),
+    metavar="REF",
+    help="With --system and one NAME: read this built image instead of kit/sglang:NAME.",
 )
 @resolver_timeout("uv")
-def lock(names: tuple[str, ...], check: bool, timeout_s: float) -> None:
+def lock(names: tuple[str, ...], check: bool, system: bool, image_ref: str | None, timeout_s: float) -> None:
     """Resolve images/NAME.toml (default: every manifest) into images/NAME.lock with uv, for the
     image's platform and Python, every file with its hash, and print what changed (package, old ->
-    new). The Dockerfile installs the lock and nothing else.
+    new). The Dockerfile installs the lock and nothing else. With --system, the lock's system part
+    (base, every system package and version, the lock's date) is read from the built image.
 
-    OK: written (or, with --check, every lock satisfies its manifest). FAILED: --check found a lock
-    that no longer satisfies its manifest (each package named). ENVIRONMENT: an index could not be
-    reached, or uv is missing; the old lock is left as it was.
+    OK: written (or, with --check, every lock there is satisfies its manifest). FAILED: --check found
+    a lock that no longer satisfies its manifest (each package named). ENVIRONMENT: an index could
+    not be reached, uv is missing, or (--system) the image is not built; the old lock is left as it was.
     """
-    from kit.errors import CheckFailed, EnvironmentProblem
-    from kit.images.image_lock import check_file, relock
+    from kit.errors import InputError
     from kit.images.manifest import list_manifests, load_manifest
 
+    if check and system:
+        raise InputError("--system", "cannot be combined with --check", "--check checks both parts")
+    if image_ref and not (system and len(names) == 1):
+        raise InputError(
+            "--image", "needs --system and exactly one NAME", "kit image lock NAME --system --image REF"
+        )
     manifests = [load_manifest(n) for n in names or list_manifests()]
     if check:
-        failed = []
-        for manifest in manifests:
-            problems, count = check_file(manifest)
-            if problems:
-                failed.append(manifest.name)
-                mark = "NO LOCK" if count == 0 else "STALE"
-                console().print(f"[bold red]{mark}[/] images/{manifest.name}.lock:", highlight=False)
-                for p in problems:
-                    console().print(f"  {p.package}: {p.detail}", markup=False, highlight=False)
-            else:
-                console().print(
-                    f"[green]ok[/] images/{manifest.name}.lock satisfies its manifest ({count} packages, "
-                    "every one hashed)",
-                    highlight=False,
-                )
-        if failed:
-            raise CheckFailed(
-                f"{len(failed)} lock(s) no longer satisfy their manifest: {', '.join(failed)}",
-                hint="run 'kit image lock NAME' to relock, and commit the lock with the manifest",
+        _check(manifests)
+    elif system:
+        _lock_system(manifests, image_ref)
+    else:
+        _relock(manifests, timeout_s)
+
+
+def _check(manifests) -> None:
+    from kit.errors import CheckFailed
+    from kit.images.image_lock import check_file
+
+    stale = []
+    for manifest in manifests:
+        checked = check_file(manifest)
+        where = f"images/{manifest.name}.lock"
+        if checked.status == "no lock":
+            console().print(f"[yellow]NO LOCK[/] {where}: {checked.why}", highlight=False)
+        elif checked.problems:
+            stale.append(manifest.name)
+            console().print(f"[bold red]STALE[/] {where}:", highlight=False)
+            for p in checked.problems:
+                console().print(f"  {p.package}: {p.detail}", markup=False, highlight=False)
+        else:
+            console().print(
+                f"[green]ok[/] {where} satisfies its manifest ({checked.summary})", highlight=False
             )
-        return
+    if stale:
+        raise CheckFailed(
+            f"{len(stale)} lock(s) no longer satisfy their manifest: {', '.join(stale)}",
+            hint="run 'kit image lock NAME' to relock, and commit the lock with the manifest",
+        )
+
+
+def _lock_system(manifests, image_ref: str | None) -> None:
+    from kit.errors import EnvironmentProblem
+    from kit.images.system_lock import lock_system
+
+    missing = []
+    for manifest in manifests:
+        try:
+            written = lock_system(manifest, image_ref)
+        except EnvironmentProblem as exc:
+            missing.append(manifest.name)
+            err_console().print(
+                f"{manifest.name}: not locked: {exc.one_line()}", markup=False, highlight=False
+            )
+            continue
+        console().print(
+            f"[bold]{written.path}[/]: {written.packages} system packages; base {written.base}; "
+            f"snapshot {written.snapshot}",
+            highlight=False,
+        )
+        for line in written.changes:
+            console().print(f"  {line}", markup=False, highlight=False)
+    if missing:
+        raise EnvironmentProblem(
+            f"system part not recorded: {', '.join(missing)}",
+            hint="build the image here first (kit image build NAME); the old lock is left as it was",
+        )
+
+
+def _relock(manifests, timeout_s: float) -> None:
+    from kit.errors import EnvironmentProblem
+    from kit.images.image_lock import relock
+
     unreachable = []
     for manifest in manifests:
         try:

@@ -1,0 +1,82 @@
+#!/bin/bash
+# The image's system packages, from its lock: the Dockerfile's first RUN step calls this.
+#
+#   apt-lock.sh LOCK SNAPSHOT PACKAGE...
+#
+# LOCK is images/NAME.lock. Its '# kit-apt: NAME VERSION ARCH' lines are every Debian/Ubuntu package
+# the image's dpkg database held when `kit image lock NAME --system` read it; each is installed at
+# exactly that version (up or down from the base's), so two builds of one lock hold the same
+# packages. A version the mirror no longer serves stops the build here, naming the package and the
+# snapshot of the lock's date ('# kit-lock apt-snapshot: URL') to rebuild from; SNAPSHOT=1
+# (`kit image build NAME --apt-snapshot`) points apt at that snapshot instead of the base's mirror.
+# A lock without kit-apt lines (not read from a built image yet) installs PACKAGE... at the mirror's
+# versions of the day, and says so.
+#
+# Last, what apt and dpkg write that differs from build to build (their logs, binary caches and
+# '-old' copies, ldconfig's aux-cache) is removed: docs/images.md, "Two builds, file by file".
+set -euo pipefail
+lock=$1 snapshot=$2
+shift 2
+
+locked=$(sed -n 's/^# kit-apt: \([^ ]*\) \([^ ]*\).*$/\1=\2/p' "$lock")
+snapshot_url=$(sed -n 's/^# kit-lock apt-snapshot: \(.*\)$/\1/p' "$lock")
+
+if [ "$snapshot" = 1 ]; then
+  if [ -z "$snapshot_url" ]; then
+    echo "kit: --apt-snapshot: $lock names no snapshot (it has no system packages yet)" >&2
+    exit 1
+  fi
+  # The snapshot's archive is the lock's own: debian -> debian-security beside it, ubuntu for both.
+  security_url=${snapshot_url/\/archive\/debian\//\/archive\/debian-security\/}
+  echo "kit: apt from the snapshot $snapshot_url (and $security_url for security updates)"
+  echo 'Acquire::Check-Valid-Until "false";' > /etc/apt/apt.conf.d/99kit-snapshot
+  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [ -f "$file" ] || continue
+    sed -i -E \
+      -e "s#https?://(deb|ftp[.a-z]*)\.debian\.org/debian-security/?#${security_url}#g" \
+      -e "s#https?://(deb|ftp[.a-z]*)\.debian\.org/debian/?#${snapshot_url}#g" \
+      -e "s#https?://(archive|security|[a-z]+\.archive)\.ubuntu\.com/ubuntu/?#${snapshot_url}#g" \
+      "$file"
+  done
+fi
+
+apt-get update -q
+
+if [ -z "$locked" ]; then
+  echo "kit: $lock holds no system packages yet: installing $* at the mirror's versions of today" \
+       "(unpinned); 'kit image lock NAME --system' records them from the built image"
+  apt-get install -y -q --no-install-recommends "$@"
+else
+  # One apt-cache call names every locked version the mirror lacks.
+  # shellcheck disable=SC2086
+  missing=$(apt-cache show $locked 2>&1 >/dev/null \
+            | sed -n "s/^E: Version '\\(.*\\)' for '\\(.*\\)' was not found$/\\2 \\1/p" || true)
+  if [ -n "$missing" ]; then
+    count=$(printf '%s\n' "$missing" | wc -l)
+    first=$(printf '%s\n' "$missing" | head -n 1)
+    echo "kit: $count locked system package version(s) not served by the mirror, first: $first" >&2
+    printf '  %s\n' "$missing" | head -n 20 >&2
+    echo "kit: rebuild from the snapshot of the lock's date: ${snapshot_url:-none recorded}" \
+         "(kit image build NAME --apt-snapshot), or relock: kit image lock NAME --system" >&2
+    exit 1
+  fi
+  todo=()
+  while IFS='=' read -r name version; do
+    now=$(dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$name" 2>/dev/null || true)
+    [ "$now" = "ii $version" ] || todo+=("$name=$version")
+  done <<< "$locked"
+  echo "kit: ${#todo[@]} of $(printf '%s\n' "$locked" | wc -l) locked system packages to install"
+  if [ "${#todo[@]}" -gt 0 ]; then
+    apt-get install -y -q --no-install-recommends --allow-downgrades "${todo[@]}"
+  fi
+  extra=$(comm -13 <(printf '%s\n' "$locked" | cut -d= -f1 | sort) \
+                   <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' | awk '$1 == "ii" {print $2}' | sort))
+  if [ -n "$extra" ]; then
+    echo "kit: the base holds packages the lock does not: $(echo $extra) (kit image verify lists them)"
+  fi
+fi
+
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log \
+       /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old \
+       /var/lib/dpkg/*-old /etc/apt/apt.conf.d/99kit-snapshot
