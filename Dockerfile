@@ -36,8 +36,8 @@ ARG TORCH_CUDA_ARCH_LIST
 # Python writes hash-based .pyc files (PEP 552: py_compile's default when it is set; pip and
 # ensurepip compile through it) instead of ones stamped with each source file's install time.
 ARG SOURCE_DATE_EPOCH
-# 1: apt from the snapshot of the lock's date (`kit image build NAME --apt-snapshot`).
-ARG KIT_APT_SNAPSHOT
+# locked, snapshot or today (`kit image build NAME --apt MODE`; kit/images/inimage/apt-lock.sh).
+ARG KIT_APT
 # What the base was when the build started (tag@digest, or a local base's content digest): a label.
 ARG KIT_BASE
 
@@ -61,7 +61,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # the system trust store, so pip here and hub downloads at run time work.
 COPY images/ca/ /tmp/kit-ca/
 COPY images/${KIT_IMAGE_NAME}.lock kit/images/inimage/apt-lock.sh /tmp/kit-apt/
-RUN bash /tmp/kit-apt/apt-lock.sh "/tmp/kit-apt/${KIT_IMAGE_NAME}.lock" "${KIT_APT_SNAPSHOT}" \
+RUN bash /tmp/kit-apt/apt-lock.sh "/tmp/kit-apt/${KIT_IMAGE_NAME}.lock" "${KIT_APT}" \
         ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
  && if [ -s /tmp/kit-ca/ca-bundle.crt ]; then cat /tmp/kit-ca/ca-bundle.crt >> /etc/ssl/certs/ca-certificates.crt; fi \
  && rm -rf /tmp/kit-ca /tmp/kit-apt \

@@ -48,10 +48,14 @@ def image() -> None:
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 @click.option(
-    "--apt-snapshot",
-    is_flag=True,
-    help="apt from the snapshot of the lock's date (snapshot.debian.org / snapshot.ubuntu.com), for "
-    "a locked system package version the mirror no longer serves.",
+    "--apt",
+    "apt",
+    type=click.Choice(["locked", "snapshot", "today"]),
+    default="locked",
+    show_default=True,
+    help="System packages: the lock's versions; the same from the snapshot of the lock's date "
+    "(snapshot.debian.org / snapshot.ubuntu.com: a version the mirror dropped); or the mirror's of "
+    "today, the lock's system part ignored (the build to relock it from: kit image lock NAME --system).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def build(
@@ -62,7 +66,7 @@ def build(
     no_host_ca: bool,
     wheel_dirs: tuple[Path, ...],
     no_cache: bool,
-    apt_snapshot: bool,
+    apt: str,
     as_json: bool,
 ) -> None:
     """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
@@ -87,7 +91,7 @@ def build(
         no_cache=no_cache,
         lock_text=lock_text,
         tag=tag,
-        apt_snapshot=apt_snapshot,
+        apt=apt,  # type: ignore[arg-type]
     )
     progress = _BuildProgress(options.tag or manifest.tag)
     with progress:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from kit import paths
 from kit.errors import InputError, KitError
@@ -24,6 +25,7 @@ from kit.images.base import BaseCheck, LocalBase, base_line, judge_base, local_b
 from kit.images.manifest import Manifest, lock_path
 from kit.images.resolve import find_local_wheel, python_tag
 
+AptMode = Literal["locked", "snapshot", "today"]
 _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
 
 # Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
@@ -43,8 +45,9 @@ class BuildOptions:
     """Installed in place of images/NAME.lock (`--from-bundle`: a colleague's lock, judged first)."""
     tag: str | None = None
     """In place of kit/sglang:NAME, so a bundle's build does not replace the local image."""
-    apt_snapshot: bool = False
-    """apt from the snapshot of the lock's date (a locked version the mirror no longer serves)."""
+    apt: AptMode = "locked"
+    """The system packages: the lock's versions (locked), those from the snapshot of the lock's date
+    (a locked version the mirror no longer serves), or the mirror's of today (to relock from)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def build_args(
     torch_wheel: str = "",
     lock_text: str | None = None,
     base: str = "",
-    apt_snapshot: bool = False,
+    apt: AptMode = "locked",
 ) -> dict[str, str]:
     """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal).
     `torch_wheel`: the file name of the local torch wheel in the context, if any. What is installed
@@ -100,7 +103,7 @@ def build_args(
         "KIT_NCCL_VERSION": pins.nccl or "",
         "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
         "SOURCE_DATE_EPOCH": str(epoch if epoch is not None else _CONTEXT_MTIME),
-        "KIT_APT_SNAPSHOT": "1" if apt_snapshot else "",
+        "KIT_APT": apt,
         "KIT_BASE": base,
     }
 
@@ -197,7 +200,7 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
             torch_wheel=wheel.name if wheel else "",
             lock_text=lock_text,
             base=base_line(base.local) if base.local else "",
-            apt_snapshot=options.apt_snapshot,
+            apt=options.apt,
         )
         context.seek(0)
         log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n# {base.check.line}\n")

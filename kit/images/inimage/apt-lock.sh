@@ -1,29 +1,37 @@
 #!/bin/bash
 # The image's system packages, from its lock: the Dockerfile's first RUN step calls this.
 #
-#   apt-lock.sh LOCK SNAPSHOT PACKAGE...
+#   apt-lock.sh LOCK MODE PACKAGE...
 #
 # LOCK is images/NAME.lock. Its '# kit-apt: NAME VERSION ARCH' lines are every Debian/Ubuntu package
 # the image's dpkg database held when `kit image lock NAME --system` read it; each is installed at
 # exactly that version (up or down from the base's), so two builds of one lock hold the same
 # packages. A version the mirror no longer serves stops the build here, naming the package and the
-# snapshot of the lock's date ('# kit-lock apt-snapshot: URL') to rebuild from; SNAPSHOT=1
-# (`kit image build NAME --apt-snapshot`) points apt at that snapshot instead of the base's mirror.
-# A lock without kit-apt lines (not read from a built image yet) installs PACKAGE... at the mirror's
-# versions of the day, and says so.
+# snapshot of the lock's date ('# kit-lock apt-snapshot: URL') to rebuild from. MODE (`kit image
+# build NAME --apt MODE`): locked (the default), snapshot (apt from that snapshot instead of the
+# base's mirror), or today (PACKAGE... at the mirror's versions of today, the lock's system part
+# ignored: the build to relock it from). A lock without kit-apt lines (not read from a built image
+# yet) installs as today does, and says so.
 #
 # Last, what apt and dpkg write that differs from build to build (their logs, binary caches and
 # '-old' copies, ldconfig's aux-cache) is removed: docs/images.md, "Two builds, file by file".
 set -euo pipefail
-lock=$1 snapshot=$2
+lock=$1 mode=${2:-locked}
 shift 2
+case "$mode" in
+  locked|snapshot|today) ;;
+  *) echo "kit: apt mode '$mode' is not locked, snapshot or today" >&2; exit 2 ;;
+esac
 
 locked=$(sed -n 's/^# kit-apt: \([^ ]*\) \([^ ]*\).*$/\1=\2/p' "$lock")
 snapshot_url=$(sed -n 's/^# kit-lock apt-snapshot: \(.*\)$/\1/p' "$lock")
 
-if [ "$snapshot" = 1 ]; then
+if [ "$mode" = today ]; then
+  locked=""
+fi
+if [ "$mode" = snapshot ]; then
   if [ -z "$snapshot_url" ]; then
-    echo "kit: --apt-snapshot: $lock names no snapshot (it has no system packages yet)" >&2
+    echo "kit: --apt snapshot: $lock names no snapshot (it has no system packages yet)" >&2
     exit 1
   fi
   # The snapshot's archive is the lock's own: debian -> debian-security beside it, ubuntu for both.
@@ -43,8 +51,10 @@ fi
 apt-get update -q
 
 if [ -z "$locked" ]; then
-  echo "kit: $lock holds no system packages yet: installing $* at the mirror's versions of today" \
-       "(unpinned); 'kit image lock NAME --system' records them from the built image"
+  why="$lock holds no system packages yet"
+  [ "$mode" = today ] && why="--apt today"
+  echo "kit: $why: installing $* at the mirror's versions of today (unpinned);" \
+       "'kit image lock NAME --system' records them from the built image"
   apt-get install -y -q --no-install-recommends "$@"
 else
   # One apt-cache call names every locked version the mirror lacks.
@@ -57,7 +67,8 @@ else
     echo "kit: $count locked system package version(s) not served by the mirror, first: $first" >&2
     printf '  %s\n' "$missing" | head -n 20 >&2
     echo "kit: rebuild from the snapshot of the lock's date: ${snapshot_url:-none recorded}" \
-         "(kit image build NAME --apt-snapshot), or relock: kit image lock NAME --system" >&2
+         "(kit image build NAME --apt snapshot), or relock: kit image build NAME --apt today," \
+         "then kit image lock NAME --system" >&2
     exit 1
   fi
   todo=()
