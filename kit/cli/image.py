@@ -447,7 +447,9 @@ def diff(a: str, b: str, files: bool, show_n: int, as_json: bool) -> None:
         if not found.same:
             raise CheckFailed(
                 f"{found.differing} of {found.paths} paths differ between {name_a} and {name_b}",
-                hint="the first ones are listed above; --json lists them all",
+                hint="each is listed above"
+                if as_json
+                else "the first are listed above; --json lists them all",
             )
         return
     from kit.images.lock import diff_locks, read_image_lock

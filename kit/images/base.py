@@ -124,6 +124,25 @@ def judge_base(manifest: Manifest, lock_base: str | None, local: LocalBase | Non
     )
 
 
+def pull_named(manifest: Manifest) -> bool:
+    """Pull the manifest's base by its registry digest and tag it as base.image (what FROM names).
+    False where there is no registry digest or the pull fails (no registry: the caller refuses)."""
+    from docker.errors import DockerException
+
+    from kit.runtime.engine import client
+
+    image, digest = manifest.base.image, manifest.base.digest
+    if not digest or digest == LOCAL_BASE:
+        return False
+    repository, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    try:
+        pulled = client().images.pull(repository, tag=digest)
+        pulled.tag(repository, tag)
+    except DockerException:
+        return False
+    return True
+
+
 def local_base(ref: str) -> LocalBase | None:
     """The local image REF as a base, or None when it is not here (raises without an engine)."""
     from docker.errors import ImageNotFound

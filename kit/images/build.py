@@ -21,7 +21,7 @@ from typing import Literal
 
 from kit import paths
 from kit.errors import InputError, KitError
-from kit.images.base import BaseCheck, LocalBase, base_line, judge_base, local_base
+from kit.images.base import BaseCheck, LocalBase, base_line, judge_base, local_base, pull_named
 from kit.images.manifest import Manifest, lock_path
 from kit.images.resolve import find_local_wheel, python_tag
 
@@ -251,11 +251,14 @@ class _Base:
 
 def check_base(manifest: Manifest, lock_text: str | None) -> _Base:
     """The local base against the manifest's digest and the lock's base line; refused (exit 3, with
-    how to get the named base) before anything is sent to the engine."""
+    how to get the named base) before anything is sent to the engine. A missing base with a registry
+    digest is pulled by that digest first."""
     from kit.errors import EnvironmentProblem
     from kit.images.system_lock import system_of
 
     local = local_base(manifest.base.image)
+    if local is None and pull_named(manifest):
+        local = local_base(manifest.base.image)
     check = judge_base(manifest, system_of(lock_text).base if lock_text else None, local)
     if not check.ok:
         raise EnvironmentProblem(check.line, hint=check.fix)
