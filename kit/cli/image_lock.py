@@ -88,52 +88,48 @@ def _check(manifests) -> None:
 
 
 def _lock_system(manifests, image_ref: str | None) -> None:
-    from kit.errors import EnvironmentProblem
     from kit.images.system_lock import lock_system
+
+    def write(manifest) -> tuple[str, tuple[str, ...]]:
+        written = lock_system(manifest, image_ref)
+        head = (
+            f"[bold]{written.path}[/]: {written.packages} system packages; base {written.base}; "
+            f"snapshot {written.snapshot}"
+        )
+        return head, written.changes
+
+    _each(manifests, write, "system part not recorded", "build the image here first (kit image build NAME)")
+
+
+def _relock(manifests, timeout_s: float) -> None:
+    from kit.images.image_lock import relock
+
+    def write(manifest) -> tuple[str, tuple[str, ...]]:
+        written = relock(manifest, timeout_s=timeout_s)
+        return f"[bold]images/{written.path.name}[/]: {written.summary}", written.lines
+
+    _each(manifests, write, "not locked", "relock where the index answers")
+
+
+def _each(manifests, write, refused: str, hint: str) -> None:
+    """Write each manifest's lock, printing what changed; one whose machine lacks something (an index,
+    the built image) is named and left as it was, and the command ends ENVIRONMENT."""
+    from kit.errors import EnvironmentProblem
 
     missing = []
     for manifest in manifests:
         try:
-            written = lock_system(manifest, image_ref)
+            head, lines = write(manifest)
         except EnvironmentProblem as exc:
             missing.append(manifest.name)
             err_console().print(
-                f"{manifest.name}: not locked: {exc.one_line()}", markup=False, highlight=False
+                f"{manifest.name}: {refused}: {exc.one_line()}", markup=False, highlight=False
             )
             continue
-        console().print(
-            f"[bold]{written.path}[/]: {written.packages} system packages; base {written.base}; "
-            f"snapshot {written.snapshot}",
-            highlight=False,
-        )
-        for line in written.changes:
+        console().print(head, highlight=False)
+        for line in lines:
             console().print(f"  {line}", markup=False, highlight=False)
     if missing:
         raise EnvironmentProblem(
-            f"system part not recorded: {', '.join(missing)}",
-            hint="build the image here first (kit image build NAME); the old lock is left as it was",
-        )
-
-
-def _relock(manifests, timeout_s: float) -> None:
-    from kit.errors import EnvironmentProblem
-    from kit.images.image_lock import relock
-
-    unreachable = []
-    for manifest in manifests:
-        try:
-            written = relock(manifest, timeout_s=timeout_s)
-        except EnvironmentProblem as exc:
-            unreachable.append(manifest.name)
-            err_console().print(
-                f"{manifest.name}: not locked: {exc.one_line()}", markup=False, highlight=False
-            )
-            continue
-        console().print(f"[bold]images/{written.path.name}[/]: {written.summary}", highlight=False)
-        for line in written.lines:
-            console().print(f"  {line}", markup=False, highlight=False)
-    if unreachable:
-        raise EnvironmentProblem(
-            f"not locked: {', '.join(unreachable)} (an index could not be reached)",
-            hint="their old locks are left as they were; relock where the index answers",
+            f"{refused}: {', '.join(missing)}", hint=f"{hint}; the old locks are left as they were"
         )

@@ -211,21 +211,12 @@ class _Chunks(io.RawIOBase):
 def image_entries(ref: str, *, label_image: str = "") -> dict[str, Entry]:
     """The image's filesystem as `docker export` of a created (never started) container gives it,
     streamed and hashed; the container is removed afterwards."""
-    from kit.images.inspect import MANAGED_VALUE
-    from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, client, translated
+    from kit.images.inspect import created_container
+    from kit.runtime.engine import translated
 
-    with translated(f"exporting the files of {ref}"):
-        container = client().containers.create(
-            ref,
-            command=["true"],
-            labels={LABEL_MANAGED: MANAGED_VALUE, LABEL_IMAGE: label_image or ref},
-            network_disabled=True,
-        )
-        try:
-            stream = io.BufferedReader(_Chunks(iter(container.export(chunk_size=_CHUNK))), _CHUNK)
-            return entries_of_tar(stream)
-        finally:
-            container.remove(force=True)
+    with translated(f"exporting the files of {ref}"), created_container(ref, label_image=label_image) as box:
+        stream = io.BufferedReader(_Chunks(iter(box.export(chunk_size=_CHUNK))), _CHUNK)
+        return entries_of_tar(stream)
 
 
 def diff_image_files(ref_a: str, ref_b: str, *, a_name: str = "A", b_name: str = "B") -> FilesDiff:
