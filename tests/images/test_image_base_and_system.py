@@ -166,6 +166,7 @@ def test_a_base_digest_that_names_nothing_is_refused_with_the_key(tmp_path: Path
     with pytest.raises(InputError) as error:
         parse_manifest(text, tmp_path / f"{GPU}.toml")
     assert error.value.field.endswith("base.digest")
+    assert error.value.problem == f"'{value}' is neither sha256:<64 hex> nor 'local'"
     local_gpu = (IMAGES / f"{GPU}.toml").read_text(encoding="utf-8").replace(GPU_DIGEST, "local")
     with pytest.raises(InputError, match=r"needs base\.debootstrap_suite"):
         parse_manifest(local_gpu, tmp_path / f"{GPU}.toml")
