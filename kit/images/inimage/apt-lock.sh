@@ -16,6 +16,7 @@
 # Last, what apt and dpkg write that differs from build to build (their logs, binary caches and
 # '-old' copies, ldconfig's aux-cache) is removed: docs/images.md, "Two builds, file by file".
 set -euo pipefail
+export LC_ALL=C  # one collation for sort and comm
 lock=$1 mode=${2:-locked}
 shift 2
 case "$mode" in
@@ -57,25 +58,31 @@ if [ -z "$locked" ]; then
        "'kit image lock NAME --system' records them from the built image"
   apt-get install -y -q --no-install-recommends "$@"
 else
-  # One apt-cache call names every locked version the mirror lacks.
-  # shellcheck disable=SC2086
-  missing=$(apt-cache show $locked 2>&1 >/dev/null \
-            | sed -n "s/^E: Version '\\(.*\\)' for '\\(.*\\)' was not found$/\\2 \\1/p" || true)
-  if [ -n "$missing" ]; then
-    count=$(printf '%s\n' "$missing" | wc -l)
-    first=$(printf '%s\n' "$missing" | head -n 1)
-    echo "kit: $count locked system package version(s) not served by the mirror, first: $first" >&2
-    printf '  %s\n' "$missing" | head -n 20 >&2
-    echo "kit: rebuild from the snapshot of the lock's date: ${snapshot_url:-none recorded}" \
-         "(kit image build NAME --apt snapshot), or relock: kit image build NAME --apt today," \
-         "then kit image lock NAME --system" >&2
-    exit 1
-  fi
+  # Those not already installed at their version, and among them every one the mirror lacks (one
+  # apt-cache madison call: it lists each version the sources serve; `apt-cache show pkg=version`
+  # says nothing of a version it does not know).
   todo=()
   while IFS='=' read -r name version; do
     now=$(dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$name" 2>/dev/null || true)
     [ "$now" = "ii $version" ] || todo+=("$name=$version")
   done <<< "$locked"
+  if [ "${#todo[@]}" -gt 0 ]; then
+    served=$(apt-cache madison "${todo[@]%%=*}" 2>/dev/null \
+             | awk -F'|' '{gsub(/ /, "", $1); gsub(/ /, "", $2); print $1 "=" $2}' | sort -u)
+    missing=$(comm -23 <(printf '%s\n' "${todo[@]}" | sort -u) <(printf '%s\n' "$served") | tr '=' ' ')
+  else
+    missing=""
+  fi
+  if [ -n "$missing" ]; then
+    count=$(printf '%s\n' "$missing" | wc -l)
+    first=$(printf '%s\n' "$missing" | head -n 1)
+    echo "kit: $count locked system package version(s) not served by the mirror, first: $first" >&2
+    printf '%s\n' "$missing" | head -n 20 | sed 's/^/  /' >&2
+    echo "kit: rebuild from the snapshot of the lock's date: ${snapshot_url:-none recorded}" \
+         "(kit image build NAME --apt snapshot), or relock: kit image build NAME --apt today," \
+         "then kit image lock NAME --system" >&2
+    exit 1
+  fi
   echo "kit: ${#todo[@]} of $(printf '%s\n' "$locked" | wc -l) locked system packages to install"
   if [ "${#todo[@]}" -gt 0 ]; then
     apt-get install -y -q --no-install-recommends --allow-downgrades "${todo[@]}"
