@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from kit.images.manifest import Manifest
 
 DPKG_STATUS = "/var/lib/dpkg/status"
-_APT = re.compile(r"^# kit-apt: (?P<name>\S+) (?P<version>\S+)(?: (?P<arch>\S+))?$")
+# Debian policy 5.6.1 (names) and 5.6.12 (versions), so a line can never carry an option or a space
+# into apt-get's argv (a bundle's lock is untrusted input: kit.diagnose.from_bundle judges it too).
+_APT = re.compile(
+    r"^# kit-apt: (?P<name>[a-z0-9][a-z0-9+.-]+) (?P<version>[0-9][A-Za-z0-9.+~:-]*)"
+    r"(?: (?P<arch>[a-z0-9-]+))?$"
+)
+APT_PREFIX = "# kit-apt:"
 _KEYS = ("base", "source-date-epoch", "apt-snapshot")
 _SYSTEM_KEY = re.compile(r"^# kit-lock (?:" + "|".join(_KEYS) + r"): ")
 
@@ -90,6 +96,11 @@ def system_of(text: str) -> SystemLock:
         apt_snapshot=said.get("apt-snapshot"),
         packages=packages,
     )
+
+
+def malformed_apt_lines(text: str) -> list[str]:
+    """'# kit-apt:' lines that are not a Debian package name, version and architecture."""
+    return [ln for ln in text.splitlines() if ln.startswith(APT_PREFIX) and not _APT.match(ln)]
 
 
 def system_lines(lock: SystemLock) -> list[str]:

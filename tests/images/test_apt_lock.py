@@ -62,3 +62,9 @@ def test_a_locked_version_the_mirror_lacks_names_the_package_and_the_snapshot():
 def test_an_unknown_apt_mode_is_refused():
     code, out = _run_script("", "latest", "libnuma1")
     assert code == 2 and "apt mode 'latest' is not locked, snapshot or today" in out
+
+
+def test_a_lock_line_that_is_no_debian_package_never_reaches_apt():
+    code, out = _run_script("# kit-apt: -oAPT::Get::AllowUnauthenticated=true 1 x\n", "locked", "procps")
+    assert code == 2 and "not a Debian package, version and architecture: # kit-apt: -oAPT" in out
+    assert "Reading package lists" not in out

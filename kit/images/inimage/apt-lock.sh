@@ -24,7 +24,14 @@ case "$mode" in
   *) echo "kit: apt mode '$mode' is not locked, snapshot or today" >&2; exit 2 ;;
 esac
 
-locked=$(sed -n 's/^# kit-apt: \([^ ]*\) \([^ ]*\).*$/\1=\2/p' "$lock")
+# The same shape kit/images/system_lock.py accepts (Debian policy's names and versions): nothing
+# else in a line reaches apt-get's argv.
+valid='^# kit-apt: [a-z0-9][a-z0-9+.-]\+ [0-9][A-Za-z0-9.+~:-]*\( [a-z0-9-]\+\)\?$'
+if bad=$(grep '^# kit-apt:' "$lock" | grep -v "$valid" | head -n 1) && [ -n "$bad" ]; then
+  echo "kit: $lock: not a Debian package, version and architecture: $bad" >&2
+  exit 2
+fi
+locked=$(grep "$valid" "$lock" | sed 's/^# kit-apt: \([^ ]*\) \([^ ]*\).*$/\1=\2/' || true)
 snapshot_url=$(sed -n 's/^# kit-lock apt-snapshot: \(.*\)$/\1/p' "$lock")
 
 if [ "$mode" = today ]; then
