@@ -195,12 +195,13 @@ def lock_system(manifest: Manifest, ref: str | None = None) -> SystemLocked:
         raise InputError("image", f"{manifest.name} has no lock ({path})", "run 'kit image lock NAME' first")
     tag = ref or manifest.tag
     info = require_image(tag, manifest.name)
-    base = local_base(manifest.base.image)
-    if base is None or info.labels.get("io.kit.base", base_line(base)) != base_line(base):
-        said = info.labels.get("io.kit.base") or "no base label"
+    base, built = local_base(manifest.base.image), local_base(tag)
+    # Built on this base: its layers are the image's first ones (a proof the label cannot give).
+    if base is None or built is None or built.layers[: len(base.layers)] != base.layers:
+        said = info.labels.get("io.kit.base") or "a base it does not record"
         raise EnvironmentProblem(
-            f"{tag} was built on {said}; the base here is "
-            f"{base_line(base) if base else 'absent'}: its lock lines would name another base",
+            f"{tag} was not built on the {manifest.base.image} here ({said}): its lock lines would "
+            "name another base",
             hint=f"rebuild it on this base (kit image build {manifest.name}), then lock again",
         )
     installed = parse_dpkg_status(read_file(tag, DPKG_STATUS).decode("utf-8", "replace"))

@@ -239,3 +239,22 @@ def test_interrupting_verify_removes_the_probe_container(own_cpu_manifest, engin
     assert proc.returncode == 130, stdout + stderr
     assert stderr.strip() == "kit: error: interrupted" and "Traceback" not in stdout + stderr
     assert not engine.containers.list(all=True, filters=mine)
+
+
+def test_lock_system_reads_the_built_image_into_its_lock(cpu_image, project, capsys):
+    """The lock's system part comes from the built image's dpkg database and the base it was built
+    on (its layers), without starting it; the result holds under --check."""
+    from kit.images.system_lock import SystemLock, with_system
+
+    lock = project / "images" / f"{CPU_IMAGE}.lock"
+    lock.write_text(with_system(lock.read_text(encoding="utf-8"), SystemLock()), encoding="utf-8")
+    assert run_kit(["image", "lock", CPU_IMAGE, "--system"]) == 0, capsys.readouterr().err
+    system = system_of(lock.read_text(encoding="utf-8"))
+    assert system.base and system.base.startswith("debian:bookworm-slim local sha256:")
+    assert system.base.endswith(" (not fixed)")
+    assert {"python3.11", "python3.11-dev", "g++", "libnuma1", "procps", "bash"} <= set(system.packages)
+    assert system.apt_snapshot and system.apt_snapshot.startswith(
+        "https://snapshot.debian.org/archive/debian/"
+    )
+    assert run_kit(["image", "lock", CPU_IMAGE, "--check"]) == 0
+    assert "system packages at exact versions" in capsys.readouterr().out
