@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kit.images.manifest import LOCAL_BASE, Manifest
 
@@ -34,7 +34,6 @@ class LocalBase:
     repo_digests: tuple[str, ...]
     """'debian@sha256:...' for a pulled image; empty for one built or imported here."""
     layers: tuple[str, ...]
-    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def pulled(self) -> bool:
@@ -159,5 +158,4 @@ def local_base(ref: str) -> LocalBase | None:
         id=str(attrs.get("Id") or ""),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
-        labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
     )
