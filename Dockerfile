@@ -32,6 +32,14 @@ ARG FLASHINFER_VERSION
 ARG NCCL_PACKAGE
 ARG KIT_NCCL_VERSION
 ARG TORCH_CUDA_ARCH_LIST
+# From the lock (`# kit-lock source-date-epoch`): every RUN step sees it in its environment, so
+# Python writes hash-based .pyc files (PEP 552: py_compile's default when it is set; pip and
+# ensurepip compile through it) instead of ones stamped with each source file's install time.
+ARG SOURCE_DATE_EPOCH
+# locked, snapshot or today (`kit image build NAME --apt MODE`; kit/images/inimage/apt-lock.sh).
+ARG KIT_APT
+# What the base was when the build started (tag@digest, or a local base's content digest): a label.
+ARG KIT_BASE
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -44,14 +52,19 @@ ENV DEBIAN_FRONTEND=noninteractive \
     HF_HOME=/root/.cache/huggingface \
     PATH=/opt/venv/bin:${PATH}
 
-# System packages (the -dev headers: inductor and triton compile kernels at run time). A CA bundle given to the build (many GPU hosts sit behind TLS-intercepting
-# proxies) is appended to the system trust store, so pip here and hub downloads at run time work.
+# System packages, from the lock: every Debian/Ubuntu package at the version the lock records (read
+# from a built image's dpkg database by `kit image lock NAME --system`); kit/images/inimage/apt-lock.sh
+# says what it does when the lock has none yet or the mirror no longer serves a version, and removes
+# apt's and dpkg's logs and caches. The packages the manifest names: the interpreter, its venv and
+# -dev headers (inductor and triton compile kernels at run time), ca-certificates and apt_packages.
+# A CA bundle given to the build (many GPU hosts sit behind TLS-intercepting proxies) is appended to
+# the system trust store, so pip here and hub downloads at run time work.
 COPY images/ca/ /tmp/kit-ca/
-# hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
+COPY images/${KIT_IMAGE_NAME}.lock kit/images/inimage/apt-lock.sh /tmp/kit-apt/
+RUN bash /tmp/kit-apt/apt-lock.sh "/tmp/kit-apt/${KIT_IMAGE_NAME}.lock" "${KIT_APT}" \
+        ca-certificates ${PYTHON} ${PYTHON}-venv ${PYTHON}-dev ${APT_PACKAGES} \
  && if [ -s /tmp/kit-ca/ca-bundle.crt ]; then cat /tmp/kit-ca/ca-bundle.crt >> /etc/ssl/certs/ca-certificates.crt; fi \
- && rm -rf /tmp/kit-ca /var/lib/apt/lists/* \
+ && rm -rf /tmp/kit-ca /tmp/kit-apt \
  && ${PYTHON} -m venv /opt/venv
 
 # Every Python package, from the image's lock (images/NAME.lock, written by `kit image lock NAME` from
@@ -75,7 +88,10 @@ RUN index_args=(); if [ -n "${TORCH_INDEX_URL}" ]; then index_args=(--extra-inde
 # rehearsal only) the test-only parts.
 COPY kit/images/inimage/ /opt/kit/
 COPY kit/rehearsal/ /tmp/kit-rehearsal/
-RUN mkdir -p /opt/kit/rehearsal \
+# PYTHONDONTWRITEBYTECODE: running the generators would leave .pyc files stamped with this build's
+# time; the kit's own modules are compiled hash-based instead, last.
+RUN export PYTHONDONTWRITEBYTECODE=1 \
+ && mkdir -p /opt/kit/rehearsal \
  && cp /tmp/kit-rehearsal/tiny_model.py /tmp/kit-rehearsal/tiny_qwen3_5.py /opt/kit/rehearsal/ \
  && if [ "${KIT_FLAVOR}" = cpu ]; then \
       site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
@@ -86,6 +102,7 @@ RUN mkdir -p /opt/kit/rehearsal \
     fi \
  && python /opt/kit/rehearsal/tiny_qwen3_5.py /opt/kit/models/qwen-tiny \
  && rm -rf /tmp/kit-rehearsal \
+ && python -m compileall -q --invalidation-mode checked-hash /opt/kit/rehearsal \
  && python -m pip freeze --all > /opt/kit/installed.txt
 
 # Every pin travels with the image, so `docker inspect` alone tells what an image is. Last, so a
@@ -93,6 +110,8 @@ RUN mkdir -p /opt/kit/rehearsal \
 LABEL org.opencontainers.image.title="kit/sglang:${KIT_IMAGE_NAME}" \
       org.opencontainers.image.description="SGLang ${SGLANG_VERSION} (${KIT_FLAVOR}) built by the kit" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.kit.base="${KIT_BASE}" \
+      io.kit.source-date-epoch="${SOURCE_DATE_EPOCH}" \
       io.kit.image="${KIT_IMAGE_NAME}" \
       io.kit.flavor="${KIT_FLAVOR}" \
       io.kit.dialect="${KIT_DIALECT}" \

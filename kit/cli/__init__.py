@@ -21,8 +21,7 @@ _COMMAND_MODULES = (
     "kit.cli.model",
     "kit.cli.bundle",  # bundle create/show/diff
     "kit.cli.repro",
-    "kit.cli.image",
-    "kit.cli.image_lock",  # image lock
+    "kit.cli.image",  # with image lock (kit.cli.image_lock)
     "kit.cli.catalog",
     "kit.cli.watch",
     "kit.cli.smoke",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import FiniteFloat, InputFile
+from kit.cli.params import FiniteFloat, InputFile, resolver_timeout
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -46,6 +47,16 @@ def image() -> None:
     help="Folder with a local torch wheel (default: your pip's find-links folders).",
 )
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@click.option(
+    "--apt",
+    "apt",
+    type=click.Choice(["locked", "snapshot", "today"]),
+    default="locked",
+    show_default=True,
+    help="System packages: the lock's versions; the same from the snapshot of the lock's date "
+    "(snapshot.debian.org / snapshot.ubuntu.com: a version the mirror dropped); or the mirror's of "
+    "today, the lock's system part ignored (the build to relock it from: kit image lock NAME --system).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 def build(
     name: str | None,
@@ -55,11 +66,13 @@ def build(
     no_host_ca: bool,
     wheel_dirs: tuple[Path, ...],
     no_cache: bool,
+    apt: str,
     as_json: bool,
 ) -> None:
     """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
     With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
-    from kit.cli.image_lock import bundle_build_options
+    from rich.markup import escape
+
     from kit.errors import InputError
     from kit.images.build import BuildOptions, build_image
     from kit.images.manifest import load_manifest
@@ -78,6 +91,7 @@ def build(
         no_cache=no_cache,
         lock_text=lock_text,
         tag=tag,
+        apt=apt,  # type: ignore[arg-type]
     )
     progress = _BuildProgress(options.tag or manifest.tag)
     with progress:
@@ -87,9 +101,40 @@ def build(
         as_json=as_json,
         human=lambda r, c: c.print(
             f"[bold green]built[/] {r.tag} ({r.image_id[:19]}) in {r.seconds:.0f} s; "
-            f"torch from {r.torch_source}; log {r.log_path}"
+            f"torch from {r.torch_source}; {escape(r.base)}; log {r.log_path}"
         ),
     )
+
+
+def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
+    """`kit image build --from-bundle`: show the bundle's lock, judge it, and refuse (exit 2, before
+    any build) what the kit does not build. Returns (manifest name, lock text, tag)."""
+    from kit import paths
+    from kit.check.locks import LOCK_DIR
+    from kit.diagnose.from_bundle import bundle_lock, judge, kit_locks
+    from kit.errors import InputError
+    from kit.images.manifest import list_manifests
+
+    text, name = bundle_lock(path)
+    judged = judge(text, name, list_manifests(), kit_locks([paths.images_dir(), LOCK_DIR]))
+    out = console()
+    out.print(f"bundle {path}: its lock, before anything is built", markup=False, highlight=False)
+    for line in judged.lines():
+        out.print(f"  {line}", markup=False, highlight=False)
+    for refusal in judged.fatal:
+        out.print(f"  NEVER BUILT {refusal.line()}", markup=False, highlight=False)
+    for refusal in judged.refused:
+        out.print(f"  REFUSED {refusal.line()}", markup=False, highlight=False)
+    if judged.fatal:
+        raise InputError("--from-bundle", judged.fatal[0].line(), "the kit builds only a hashed kit lock")
+    if judged.refused and not trusted:
+        raise InputError(
+            "--from-bundle",
+            f"{len(judged.refused)} package(s) outside the kit's own locks, first {judged.refused[0].line()}",
+            "read them above; --trust-bundle builds them anyway",
+        )
+    assert judged.manifest is not None
+    return judged.manifest, text, f"kit/sglang:{judged.manifest}-bundle-{judged.digest[7:19]}"
 
 
 class _BuildProgress:
@@ -139,6 +184,8 @@ class _BuildProgress:
         with self._lock:
             now = self._clock()
             printed = self.steps.line(text, now)
+            if text.startswith("kit: "):  # the kit's own word (its base, the locked system packages)
+                err_console().print(text.strip(), markup=False, highlight=False)
             if self._status:
                 self._status.update(f"building {self.tag}  {self.steps.status(now)}")
             else:
@@ -263,10 +310,10 @@ def build_args_cmd(name: str, fmt: str) -> None:
     """The build args `kit image build NAME` feeds the Dockerfile (torch from the manifest's index)."""
     import json
 
-    from kit.images.build import build_args
+    from kit.images.build import committed_build_args
     from kit.images.manifest import load_manifest
 
-    args = build_args(load_manifest(name))
+    args = committed_build_args(load_manifest(name))
     if fmt == "json":
         click.echo(json.dumps(args, indent=2))
         return
@@ -362,21 +409,68 @@ def _human_verify(result, out) -> None:
     out.print(f"{verdict} ({result.seconds:.1f} s)")
 
 
-@exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
+@exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("diff")
 @click.argument("a")
 @click.argument("b")
+@click.option(
+    "--files",
+    is_flag=True,
+    help="Compare the two filesystems file by file (path, type, mode, owner, size, sha256) instead of "
+    "their locks; FAILED when a file differs outside the documented list (kit/images/may_differ.toml).",
+)
+@click.option(
+    "--show",
+    "show_n",
+    type=click.IntRange(0, 100_000),
+    default=20,
+    show_default=True,
+    help="With --files: how many differing files to print (the count is always printed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the difference as one JSON document.")
-def diff(a: str, b: str, as_json: bool) -> None:
-    """Python packages added, removed and changed from image A to image B (their build-time locks).
+def diff(a: str, b: str, files: bool, show_n: int, as_json: bool) -> None:
+    """Python packages added, removed and changed from image A to image B (their build-time locks);
+    with --files, every file that differs.
 
-    A and B are manifest names (kit/sglang:NAME), or any image reference or id.
+    A and B are manifest names (kit/sglang:NAME), or any image reference or id; without --files both
+    must be kit images (they record their lock at /opt/kit/lock.txt). FAILED: only with --files,
+    a file differs outside the documented list.
     """
+    (ref_a, name_a), (ref_b, name_b) = _image_ref(a), _image_ref(b)
+    if files:
+        from kit.errors import CheckFailed
+        from kit.images.files import diff_image_files
+
+        found = diff_image_files(ref_a, ref_b, a_name=name_a, b_name=name_b)
+        shown = found if as_json else dataclasses.replace(found, differences=found.differences[:show_n])
+        show(shown, as_json=as_json, human=_human_files)
+        if not found.same:
+            raise CheckFailed(
+                f"{found.differing} of {found.paths} paths differ between {name_a} and {name_b}",
+                hint="each is listed above"
+                if as_json
+                else "the first are listed above; --json lists them all",
+            )
+        return
     from kit.images.lock import diff_locks, read_image_lock
 
-    (ref_a, name_a), (ref_b, name_b) = _image_ref(a), _image_ref(b)
     result = diff_locks(read_image_lock(ref_a), read_image_lock(ref_b), a_name=name_a, b_name=name_b)
     show(result, as_json=as_json, human=_human_diff)
+
+
+def _human_files(result, out) -> None:
+    out.print(
+        f"{result.a} ({result.paths_a} paths) and {result.b} ({result.paths_b} paths): "
+        f"{result.differing} of {result.paths} differ, {result.documented} more on the documented list",
+        markup=False,
+        highlight=False,
+    )
+    for difference in result.differences:
+        why = f"  (may differ: {difference.reason})" if difference.reason else ""
+        out.print(f"  {difference.path}: {', '.join(difference.what)}{why}", markup=False, highlight=False)
+    hidden = result.differing + result.documented - len(result.differences)
+    if hidden > 0:
+        out.print(f"  ... {hidden} more (--show N, or --json for all)", markup=False, highlight=False)
 
 
 def _image_ref(arg: str) -> tuple[str, str]:
@@ -417,18 +511,6 @@ def _human_diff(result, out) -> None:
         f"{len(result.changed)} changed, {len(result.removed)} removed, {len(result.added)} added, "
         f"{result.unchanged} the same",
         markup=False,
-    )
-
-
-def resolver_timeout(tool: str):
-    """--timeout for a command that runs a resolver per image (pip for resolve, uv for lock)."""
-    return click.option(
-        "--timeout",
-        "timeout_s",
-        type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
-        default=900,
-        show_default=True,
-        help=f"Seconds {tool} may take per image.",
     )
 
 
@@ -509,3 +591,10 @@ def _human_resolve(reports, out) -> None:
             out.print(f"  {len(r.resolved)} distributions; {shown}", markup=False, highlight=False)
         for note in r.notes:
             out.print(f"  note: {note}", markup=False, highlight=False, style="dim")
+
+
+# `kit image lock` lives in its own module; the group adds it here, so naming `image` is enough to
+# find it (and kit.cli.image_lock imports nothing from this module: no circle).
+from kit.cli.image_lock import lock  # noqa: E402
+
+image.add_command(lock)

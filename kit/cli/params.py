@@ -243,3 +243,15 @@ SET_VALUE = SetValue()
 LIMIT_VALUE = LimitValue()
 PID = Pid()
 OUTPUT_FILE = OutputFile()
+
+
+def resolver_timeout(tool: str):
+    """--timeout for a command that runs a resolver per image (pip for resolve, uv for lock)."""
+    return click.option(
+        "--timeout",
+        "timeout_s",
+        type=FiniteFloat(30, 24 * 3600, example="900", low_open=False),
+        default=900,
+        show_default=True,
+        help=f"Seconds {tool} may take per image.",
+    )

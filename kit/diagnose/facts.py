@@ -216,6 +216,10 @@ def image_facts(
         "tag": tag,
         "id": image_id,
         "digest": digest,
+        # What the image was built on (kit.images.base.base_line, the io.kit.base label): with the
+        # lock's sha256 below, what `kit repro` holds the local image to.
+        "base": labels.get("io.kit.base")
+        or fp.unknown("the image records no base (built before the kit did)"),
         "labels": kit_labels,
         "manifest": _manifest_data(name),
         "lock": lock_section(lock_text, lock_why, lock_from),

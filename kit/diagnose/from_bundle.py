@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kit.diagnose.trust import Refusal, shown
 from kit.images.image_lock import Entry, header, lock_digest, parse_entries
+from kit.images.system_lock import malformed_apt_lines, system_of
 
 _ENTRY_OR_HASH = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+( \\)?|\s+--hash=sha256:[0-9a-f]{64}( \\)?)$"
@@ -59,12 +60,16 @@ class Judged:
 
 
 def kit_locks(directories: Iterable[Path]) -> dict[str, dict[str, set[str]]]:
-    """Every package the kit's own locks hold: {name: {version: hashes}}."""
+    """Every package the kit's own locks hold: {name: {version: hashes}}; their system packages
+    (kit.images.system_lock) as {'apt:NAME': {version: set()}}."""
     known: dict[str, dict[str, set[str]]] = {}
     for directory in directories:
         for path in sorted(directory.glob("*.lock")):
-            for key, entry in parse_entries(path.read_text(encoding="utf-8")).items():
+            text = path.read_text(encoding="utf-8")
+            for key, entry in parse_entries(text).items():
                 known.setdefault(key, {}).setdefault(entry.version, set()).update(entry.hashes)
+            for name, package in system_of(text).packages.items():
+                known.setdefault(f"apt:{name}", {}).setdefault(package.version, set())
     return known
 
 
@@ -82,6 +87,10 @@ def judge(text: str, manifest: str | None, known_manifests: Iterable[str],
             fatal.append(
                 Refusal(f"lock line {number}", f"not a pinned package or its hash: {shown(line, 100)}")
             )
+    fatal += [
+        Refusal("lock", f"not a Debian package, version and architecture: {shown(line, 100)}")
+        for line in malformed_apt_lines(text)
+    ]
     if not entries:
         fatal.append(Refusal("lock", "the bundle carries no lock with packages"))
     unhashed = [e.name for e in entries.values() if not e.hashes]
@@ -98,6 +107,10 @@ def judge(text: str, manifest: str | None, known_manifests: Iterable[str],
             refused.append(Refusal(what, "in none of the kit's own locks"))
         elif not set(entry.hashes) <= versions[entry.version]:
             refused.append(Refusal(what, "a hash none of the kit's own locks carries for it (another file)"))
+    for name, package in system_of(text).packages.items():
+        if package.version not in known.get(f"apt:{name}", {}):
+            what = f"system package {shown(name, 60)} {shown(package.version, 40)}"
+            refused.append(Refusal(what, "in none of the kit's own locks"))
     return Judged(manifest, lock_digest(text), entries, header(text), fatal, refused)
 
 

@@ -478,10 +478,15 @@ def local_image_labels(ref: str) -> dict[str, str] | None:
     return dict((image.attrs.get("Config") or {}).get("Labels") or {})
 
 
-def lock_differences(bundle_lock: str | None, local_lock: str | None) -> tuple[str, tuple[str, ...]]:
+def lock_differences(
+    bundle_lock: str | None,
+    local_lock: str | None,
+    bases: tuple[str | None, str | None] | None = None,
+) -> tuple[str, tuple[str, ...]]:
     """The plan's lock section (pure): the bundle's image lock against the local image's, every
     difference named, those that decide a start-up first (torch, NCCL, CUDA wheels, SGLang,
-    flashinfer, transformers). Bundle text is made printable and bounded."""
+    flashinfer, transformers); with `bases` (the bundle's, here), whether the local image matches
+    both the lock's digest and the base's first. Bundle text is made printable and bounded."""
     from kit.images.image_lock import lock_digest
     from kit.images.lock import diff_locks, parse_lock, ranked_lines
 
@@ -499,7 +504,27 @@ def lock_differences(bundle_lock: str | None, local_lock: str | None) -> tuple[s
         if diff.same
         else f"{len(diff.changed) + len(diff.added) + len(diff.removed)} differences"
     )
-    return title, (head, *(f"  {trust.shown(line)}" for line in ranked_lines(diff)))
+    match = () if bases is None else (_image_match(bundle_lock, local_lock, *bases),)
+    return title, (*match, head, *(f"  {trust.shown(line)}" for line in ranked_lines(diff)))
+
+
+def _image_match(bundle_lock: str, local_lock: str, bundle_base: str | None, local_base: str | None) -> str:
+    """One line: does the local image match the bundle's lock digest and base digest?"""
+    from kit.images.image_lock import lock_digest
+
+    same_lock = lock_digest(bundle_lock) == lock_digest(local_lock)
+    if bundle_base is None or local_base is None:
+        said = "the bundle" if bundle_base is None else "the local image"
+        base = f"base not compared ({said} records none)"
+    elif bundle_base == local_base:
+        base = f"the same base ({trust.shown(local_base)})"
+    else:
+        base = f"another base (bundle {trust.shown(bundle_base)}, here {trust.shown(local_base)})"
+    verdict = (
+        "matches" if same_lock and bundle_base is not None and bundle_base == local_base else "does NOT match"
+    )
+    lock = "the same lock digest" if same_lock else "another lock digest"
+    return f"the local image {verdict} the bundle's: {lock}, {base}"
 
 
 def lock_section(plan: ReplayPlan) -> tuple[str, tuple[str, ...]]:
@@ -509,7 +534,11 @@ def lock_section(plan: ReplayPlan) -> tuple[str, tuple[str, ...]]:
 
     try:
         local = read_file(plan.image_ref, LOCK_PATH).decode("utf-8", "replace")
+        local_base = (local_image_labels(plan.image_ref) or {}).get("io.kit.base")
     except KitError:  # no image here, no engine: the section says it was not compared
-        local = None
+        local, local_base = None, None
     bundle_lock = plan.bundle.text("lock.txt") if "lock.txt" in plan.bundle.members else None
-    return lock_differences(bundle_lock, local)
+    image = plan.bundle.fingerprint.get("image")
+    bundle_base = image.get("base") if isinstance(image, dict) else None
+    bundle_base = bundle_base if isinstance(bundle_base, str) else None
+    return lock_differences(bundle_lock, local, (bundle_base, local_base))

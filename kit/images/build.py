@@ -14,14 +14,18 @@ import re
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from kit import paths
 from kit.errors import InputError, KitError
-from kit.images.manifest import Manifest
+from kit.images.base import BaseCheck, LocalBase, base_line, judge_base, local_base, pull_named
+from kit.images.manifest import Manifest, lock_path
+from kit.images.resolve import find_local_wheel, python_tag
 
+AptMode = Literal["locked", "snapshot", "today"]
 _CONTEXT_MTIME = 1_700_000_000  # fixed, so two contexts with the same files are byte-identical
 
 # Where the Dockerfile's COPY sources lie, in the assembled context and in the repository alike.
@@ -41,6 +45,9 @@ class BuildOptions:
     """Installed in place of images/NAME.lock (`--from-bundle`: a colleague's lock, judged first)."""
     tag: str | None = None
     """In place of kit/sglang:NAME, so a bundle's build does not replace the local image."""
+    apt: AptMode = "locked"
+    """The system packages: the lock's versions (locked), those from the snapshot of the lock's date
+    (a locked version the mirror no longer serves), or the mirror's of today (to relock from)."""
 
 
 @dataclass(frozen=True)
@@ -52,33 +59,28 @@ class BuildResult:
     torch_source: str
     log_path: Path
     build_args: dict[str, str] = field(default_factory=dict)
+    base: str = ""
+    """What the build said about its base (kit.images.base.judge_base): the manifest's, or a local
+    base accepted though its content is not fixed."""
 
 
-def python_tag(python: str) -> str:
-    """'python3.11' -> 'cp311' (the wheel tag of the image's interpreter)."""
-    match = re.fullmatch(r"python(\d)\.(\d+)", python)
-    if not match:
-        raise InputError("base.python", f"'{python}' is not like python3.11", "name the interpreter package")
-    return f"cp{match.group(1)}{match.group(2)}"
-
-
-def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path]) -> Path | None:
-    """A local wheel of exactly this version for this interpreter (linux x86_64), if one lies in dirs."""
-    prefix = f"{dist}-{version}-{py_tag}-{py_tag}-"
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for wheel in sorted(directory.glob(f"{dist}-*.whl")):
-            if wheel.name.startswith(prefix) and "x86_64" in wheel.name:
-                return wheel
-    return None
-
-
-def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
+def build_args(
+    manifest: Manifest,
+    *,
+    torch_wheel: str = "",
+    lock_text: str | None = None,
+    base: str = "",
+    apt: AptMode = "locked",
+) -> dict[str, str]:
     """Every ARG the Dockerfile declares, fed explicitly (a unit test holds both sides equal).
     `torch_wheel`: the file name of the local torch wheel in the context, if any. What is installed
-    is images/NAME.lock alone; the pins here feed the image's labels and the index to find files."""
+    is images/NAME.lock alone; the pins here feed the image's labels and the index to find files.
+    `lock_text` gives SOURCE_DATE_EPOCH (the lock's date; a lock without one: the context's fixed
+    time), `base` the line the build said about its base (a label)."""
+    from kit.images.system_lock import system_of
+
     pins = manifest.pins
+    epoch = system_of(lock_text).source_date_epoch if lock_text else None
     # A local wheel replaces torch only: torchvision's and torchaudio's +cuXXX builds live on the
     # torch index alone, so a GPU image keeps it. The CPU rehearsal needs nothing else from it, and
     # must build where that index cannot be reached.
@@ -100,7 +102,17 @@ def build_args(manifest: Manifest, *, torch_wheel: str = "") -> dict[str, str]:
         "NCCL_PACKAGE": pins.nccl_package or "",
         "KIT_NCCL_VERSION": pins.nccl or "",
         "TORCH_CUDA_ARCH_LIST": pins.torch_cuda_arch_list or "",
+        "SOURCE_DATE_EPOCH": str(epoch if epoch is not None else _CONTEXT_MTIME),
+        "KIT_APT": apt,
+        "KIT_BASE": base,
     }
+
+
+def committed_build_args(manifest: Manifest) -> dict[str, str]:
+    """build_args with the committed lock's date: what `kit image build-args` prints and Compose's
+    `build:` feeds (neither checks the base, so KIT_BASE stays empty there)."""
+    path = lock_path(manifest.name)
+    return build_args(manifest, lock_text=path.read_text(encoding="utf-8") if path.is_file() else None)
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
@@ -130,8 +142,6 @@ def local_torch_wheel(manifest: Manifest, options: BuildOptions) -> Path | None:
 
 def write_context(out, manifest: Manifest, options: BuildOptions) -> str:
     """Write the build context tar to `out`; return where torch will come from."""
-    from kit.images.image_lock import lock_path
-
     pkg = paths.package_dir()
     wheel = local_torch_wheel(manifest, options)
     lock = lock_path(manifest.name)
@@ -178,12 +188,24 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
     log_path = log_dir / f"{tag.rsplit(':', 1)[-1]}.log"
     started = time.monotonic()
     image_id = ""
+    lock_text = options.lock_text
+    if lock_text is None and lock_path(manifest.name).is_file():
+        lock_text = lock_path(manifest.name).read_text(encoding="utf-8")
+    base = check_base(manifest, lock_text)
     with tempfile.TemporaryFile() as context, log_path.open("w", encoding="utf-8") as log:
         torch_source = write_context(context, manifest, options)
         wheel = local_torch_wheel(manifest, options)
-        args = build_args(manifest, torch_wheel=wheel.name if wheel else "")
+        args = build_args(
+            manifest,
+            torch_wheel=wheel.name if wheel else "",
+            lock_text=lock_text,
+            base=base_line(base.local) if base.local else "",
+            apt=options.apt,
+        )
         context.seek(0)
-        log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n")
+        log.write(f"# kit image build {manifest.name}: torch from {torch_source}\n# {base.check.line}\n")
+        if on_line:
+            on_line(f"kit: {base.check.line}")
         with translated(f"building {tag}"):
             stream = client().api.build(
                 fileobj=context,
@@ -217,7 +239,30 @@ def build_image(manifest: Manifest, options: BuildOptions, on_line: BuildEvents 
                             on_line(line)
     if not image_id:
         image_id = client().images.get(tag).id
-    return BuildResult(manifest.name, tag, image_id, time.monotonic() - started, torch_source, log_path, args)
+    seconds = time.monotonic() - started
+    return BuildResult(manifest.name, tag, image_id, seconds, torch_source, log_path, args, base.check.line)
+
+
+@dataclass(frozen=True)
+class _Base:
+    check: BaseCheck
+    local: LocalBase | None
+
+
+def check_base(manifest: Manifest, lock_text: str | None) -> _Base:
+    """The local base against the manifest's digest and the lock's base line; refused (exit 3, with
+    how to get the named base) before anything is sent to the engine. A missing base with a registry
+    digest is pulled by that digest first."""
+    from kit.errors import EnvironmentProblem
+    from kit.images.system_lock import system_of
+
+    local = local_base(manifest.base.image)
+    if local is None and pull_named(manifest):
+        local = local_base(manifest.base.image)
+    check = judge_base(manifest, system_of(lock_text).base if lock_text else None, local)
+    if not check.ok:
+        raise EnvironmentProblem(check.line, hint=check.fix)
+    return _Base(check, local)
 
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")

@@ -27,24 +27,28 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from kit import paths
 from kit.errors import EnvironmentProblem, InputError
 from kit.files import write_atomic
 from kit.images.lock import LockDiff, diff_locks, normalize, parse_lock
-from kit.images.manifest import Manifest
-from kit.images.resolve import _data, distribution, python_version, requirements_for
+from kit.images.manifest import LOCAL_BASE, LOCK_SUFFIX, Manifest, lock_path
+from kit.images.resolve import (
+    _data,
+    cuda_constraints,
+    distribution,
+    find_local_wheel,
+    python_tag,
+    python_version,
+    requirements_for,
+)
+from kit.images.system_lock import SystemLock, apt_names, system_of, with_system
 
-LOCK_SUFFIX = ".lock"
 _HEADER_KEY = re.compile(r"^# kit-lock (?P<key>[a-z-]+): (?P<value>.*)$")
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
 _HASH = re.compile(r"--hash=(?P<hash>sha256:[0-9a-f]{64})")
-
-
-def lock_path(name: str, directory: Path | None = None) -> Path:
-    return (directory or paths.images_dir()) / f"{name}{LOCK_SUFFIX}"
 
 
 def lock_digest(text: str) -> str:
@@ -72,16 +76,6 @@ class LockAsk:
     @property
     def pins(self) -> tuple[str, ...]:
         return self.together + self.no_deps + self.overrides
-
-
-def cuda_constraints(manifest: Manifest) -> tuple[str, ...]:
-    """'nvidia-cuda-nvcc==13.0.*' (and its -cu13 name) for each toolkit-versioned CUDA wheel."""
-    cuda = manifest.pins.cuda
-    if not cuda:
-        return ()
-    major = cuda.split(".", 1)[0]
-    names = _data()["lock"]["cuda_components"]
-    return tuple(f"{n}{suffix}=={cuda}.*" for n in names for suffix in ("", f"-cu{major}"))
 
 
 def lock_ask(manifest: Manifest) -> LockAsk:
@@ -252,6 +246,26 @@ def check_lock(manifest: Manifest, text: str) -> list[Problem]:
     problems += [Problem(e.name, "no hash") for e in entries.values() if not e.hashes]
     if not entries:
         problems.append(Problem("(lock)", "no package lines"))
+    return problems + _system_problems(manifest, system_of(text))
+
+
+def _system_problems(manifest: Manifest, system: SystemLock) -> list[Problem]:
+    """The system part, where the lock has one: made on the manifest's base, holding every package
+    the manifest names (a manifest edited without `kit image lock NAME --system`)."""
+    if system.base is None and not system.packages:
+        return []
+    problems = []
+    image, digest = manifest.base.image, manifest.base.digest
+    named = f"{image}@{digest}" if digest and digest != LOCAL_BASE else None
+    if named and system.base != named:
+        problems.append(Problem("base", f"the lock was made on {system.base}, the manifest names {named}"))
+    elif not named and not (system.base or "").startswith(f"{image} "):
+        problems.append(Problem("base", f"the lock was made on {system.base}, the manifest names {image}"))
+    problems += [
+        Problem(name, f"the manifest installs {name}; the lock's system packages do not hold it")
+        for name in apt_names(manifest)
+        if name not in system.packages
+    ]
     return problems
 
 
@@ -310,7 +324,6 @@ def make_lock(
     """Resolve the manifest into a lock's text. An index that cannot be reached: EnvironmentProblem
     (exit 3), unless it is the torch index and the pinned torch wheel lies in a local folder and
     nothing else comes from that index (the CPU image: torch only)."""
-    from kit.images.build import find_local_wheel, python_tag
     from kit.images.resolve import probe_index
 
     ask = lock_ask(manifest)
@@ -355,13 +368,40 @@ def make_lock(
     )
 
 
-def check_file(manifest: Manifest, directory: Path | None = None) -> tuple[list[Problem], int]:
-    """check_lock on images/NAME.lock; a missing lock is a problem too. Returns (problems, packages)."""
+@dataclass(frozen=True)
+class Checked:
+    """One manifest's lock, checked (pure over the file's text)."""
+
+    status: Literal["ok", "stale", "no lock"]
+    problems: list[Problem]
+    summary: str = ""
+    why: str = ""
+    """For 'no lock': the state it is in, and where it can be locked (never advice that cannot work)."""
+
+
+def check_file(manifest: Manifest, directory: Path | None = None) -> Checked:
+    """check_lock on images/NAME.lock. A manifest without a lock is a known state, not a failure:
+    `kit image build` refuses to build it, and it is locked where its indexes answer."""
     path = lock_path(manifest.name, directory)
     if not path.is_file():
-        return [Problem("(lock)", f"no lock at {path}: run 'kit image lock {manifest.name}'")], 0
+        ask = lock_ask(manifest)
+        indexes = ", ".join((ask.index, *ask.extra_indexes))
+        return Checked(
+            "no lock",
+            [],
+            why=f"not checked; `kit image build {manifest.name}` refuses it until `kit image lock "
+            f"{manifest.name}` runs where its indexes answer ({indexes})",
+        )
     text = path.read_text(encoding="utf-8")
-    return check_lock(manifest, text), len(parse_entries(text))
+    problems = check_lock(manifest, text)
+    system = system_of(text)
+    count = len(parse_entries(text))
+    if system.packages:
+        apt = f"{len(system.packages)} system packages at exact versions, base {system.base}"
+    else:
+        apt = f"no system packages recorded yet (kit image lock {manifest.name} --system, after a build)"
+    summary = f"{count} packages, every one hashed; {apt}"
+    return Checked("stale" if problems else "ok", problems, summary)
 
 
 @dataclass(frozen=True)
@@ -392,12 +432,13 @@ def relock(manifest: Manifest, *, directory: Path | None = None, timeout_s: floa
     if problems:  # uv's answer must satisfy the manifest it was asked about; never write one that does not
         first = problems[0]
         raise InputError(f"pins: {first.package}", f"the resolved lock does not hold it: {first.detail}")
-    diff = lock_changes(old, made.text)
-    write_atomic(path, made.text.encode("utf-8"), field=f"images/{manifest.name}.lock")
-    count = len(parse_entries(made.text))
+    text = made.text if old is None else with_system(made.text, system_of(old))  # the system part stays
+    diff = lock_changes(old, text)
+    write_atomic(path, text.encode("utf-8"), field=f"images/{manifest.name}.lock")
+    count = len(parse_entries(text))
     if old is None:
         summary = f"written, {count} packages"
-    elif diff.same and old == made.text:
+    elif diff.same and old == text:
         summary = f"unchanged, {count} packages"
     elif diff.same:
         summary = f"same versions, hashes or notes changed, {count} packages"

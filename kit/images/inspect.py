@@ -7,15 +7,22 @@ are pure functions elsewhere (kit.images.verify, kit.images.lock).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kit.errors import EnvironmentProblem, KitError
 
 # Containers the image commands start are short-lived and carry this label value, so a crashed run
 # can be found and removed: `docker ps -a --filter label=io.kit.managed=verify`.
 MANAGED_VALUE = "verify"
+
+
+class NotInImage(KitError):
+    """The image has no such file: it is not a kit image, or one built before the kit recorded it."""
 
 
 @dataclass(frozen=True)
@@ -72,29 +79,42 @@ def require_image(ref: str, name: str | None = None) -> ImageInfo:
     return info
 
 
+@contextlib.contextmanager
+def created_container(ref: str, *, label_image: str = "") -> Iterator[Any]:
+    """A container of REF, created and never started (labelled so a crashed run can be found),
+    removed on the way out: what reading an image's files without running it needs."""
+    from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, client
+
+    container = client().containers.create(
+        ref,
+        command=["true"],
+        labels={LABEL_MANAGED: MANAGED_VALUE, LABEL_IMAGE: label_image or ref},
+        network_disabled=True,
+    )
+    try:
+        yield container
+    finally:
+        container.remove(force=True)
+
+
 def read_file(ref: str, path: str, *, label_image: str = "") -> bytes:
     """A file's bytes from an image: create a container (never started), copy the file out, remove it."""
     from docker.errors import NotFound
 
-    from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, client, translated
+    from kit.runtime.engine import translated
 
-    with translated(f"reading {path} from {ref}"):
-        container = client().containers.create(
-            ref,
-            command=["true"],
-            labels={LABEL_MANAGED: MANAGED_VALUE, LABEL_IMAGE: label_image or ref},
-            network_disabled=True,
-        )
+    with (
+        translated(f"reading {path} from {ref}"),
+        created_container(ref, label_image=label_image) as container,
+    ):
         try:
-            try:
-                chunks, _ = container.get_archive(path)
-            except NotFound as exc:
-                raise KitError(
-                    f"{ref} has no {path}", hint="it was built before the kit recorded it; rebuild it"
-                ) from exc
-            archive = io.BytesIO(b"".join(chunks))
-        finally:
-            container.remove(force=True)
+            chunks, _ = container.get_archive(path)
+        except NotFound as exc:
+            raise NotInImage(
+                f"{ref} has no {path}",
+                hint="it is not a kit image, or one built before the kit recorded that file",
+            ) from exc
+        archive = io.BytesIO(b"".join(chunks))
     with tarfile.open(fileobj=archive) as tar:
         member = next((m for m in tar.getmembers() if m.isfile()), None)
         if member is None:

@@ -86,10 +86,20 @@ def diff_locks(
 
 
 def read_image_lock(ref: str) -> dict[str, Package]:
-    """The lock recorded in a built image (no process runs in it)."""
-    from kit.images.inspect import read_file
+    """The lock recorded in a built image (no process runs in it). An image without one is bad input
+    to a lock comparison (exit 2), not a failure of it."""
+    from kit.errors import InputError
+    from kit.images.inspect import NotInImage, read_file
 
-    return parse_lock(read_file(ref, LOCK_PATH).decode("utf-8", errors="replace"))
+    try:
+        text = read_file(ref, LOCK_PATH)
+    except NotInImage as exc:
+        raise InputError(
+            "image",
+            f"{ref} records no Python packages ({LOCK_PATH}): it is not a kit image",
+            "compare two kit images (kit image list), or any two images file by file with --files",
+        ) from exc
+    return parse_lock(text.decode("utf-8", errors="replace"))
 
 
 # What decides a start-up first, so a long difference list shows it at the top: torch, NCCL, the

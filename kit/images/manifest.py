@@ -18,6 +18,9 @@ from kit.errors import InputError
 
 IMAGE_REPOSITORY = "kit/sglang"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+LOCAL_BASE = "local"
+"""base.digest of a base built here from Debian packages (kit.images.base: its content is not fixed)."""
 
 
 def _normal(dist: str) -> str:
@@ -37,6 +40,19 @@ class BaseSection(_Strict):
     apt_packages: tuple[str, ...] = ()
     debootstrap_suite: str | None = None
     """Where no registry answers, bootstrap builds this base from Debian packages (Debian bases only)."""
+    digest: str | None = None
+    """The registry's digest of `image` (sha256:...), which the build holds the local base to; or
+    "local" for a base built here by debootstrap, whose content is not fixed (kit.images.base)."""
+
+    @model_validator(mode="after")
+    def _digest_names_a_base(self) -> BaseSection:
+        if self.digest is None or _DIGEST.match(self.digest):
+            return self
+        if self.digest != LOCAL_BASE:
+            raise ValueError(f"base.digest: '{self.digest}' is neither sha256:<64 hex> nor '{LOCAL_BASE}'")
+        if not self.debootstrap_suite:
+            raise ValueError(f"base.digest: '{LOCAL_BASE}' needs base.debootstrap_suite (how to build it)")
+        return self
 
 
 class Pins(_Strict):
@@ -90,6 +106,11 @@ class Manifest(_Strict):
     @model_validator(mode="after")
     def _pins_fit_flavor(self) -> Manifest:
         pins = self.pins
+        if self.base.digest is None:
+            raise ValueError(
+                "base.digest: missing (the registry's sha256:... of base.image, or 'local' with "
+                "base.debootstrap_suite)"
+            )
         if self.flavor == "cuda":
             missing = [k for k in _CUDA_REQUIRED if getattr(pins, k) in (None, "")]
             if missing:
@@ -155,9 +176,10 @@ def _translate(path: Path, exc: ValidationError) -> InputError:
         what = "missing pin" if section == "pins" else "missing key"
         return InputError(f"{path}: {key}", what, f"allowed keys: {_allowed_keys(model)}")
     message = err["msg"].removeprefix("Value error, ")
-    if message.startswith("pins."):  # our cross-field checks name their own key
+    if message.startswith(("pins.", "base.")):  # our cross-field checks name their own key
         key, _, message = message.partition(": ")
-        return InputError(f"{path}: {key}", message, f"allowed keys: {_allowed_keys(Pins)}")
+        keys = _allowed_keys(Pins if key.startswith("pins.") else BaseSection)
+        return InputError(f"{path}: {key}", message, f"allowed keys: {keys}")
     if message.startswith("extra_pip: "):
         return InputError(
             f"{path}: extra_pip", message.removeprefix("extra_pip: "), "pin it like 'name==1.2.3'"
@@ -183,6 +205,14 @@ def parse_manifest(text: str, path: Path) -> Manifest:
 
 def manifest_path(name: str, directory: Path | None = None) -> Path:
     return (directory or paths.images_dir()) / f"{name}.toml"
+
+
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(name: str, directory: Path | None = None) -> Path:
+    """images/NAME.lock, beside its manifest (kit.images.image_lock writes and checks it)."""
+    return (directory or paths.images_dir()) / f"{name}{LOCK_SUFFIX}"
 
 
 def list_manifests(directory: Path | None = None) -> list[str]:

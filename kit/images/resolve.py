@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,6 +76,36 @@ def python_version(manifest: Manifest) -> str:
             "base.python", f"'{manifest.base.python}' names no Python version", "e.g. python3.12"
         )
     return found[1]
+
+
+def python_tag(python: str) -> str:
+    """'python3.11' -> 'cp311' (the wheel tag of the image's interpreter)."""
+    match = re.fullmatch(r"python(\d)\.(\d+)", python)
+    if not match:
+        raise InputError("base.python", f"'{python}' is not like python3.11", "name the interpreter package")
+    return f"cp{match.group(1)}{match.group(2)}"
+
+
+def find_local_wheel(dist: str, version: str, py_tag: str, dirs: Iterable[Path]) -> Path | None:
+    """A local wheel of exactly this version for this interpreter (linux x86_64), if one lies in dirs."""
+    prefix = f"{dist}-{version}-{py_tag}-{py_tag}-"
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for wheel in sorted(directory.glob(f"{dist}-*.whl")):
+            if wheel.name.startswith(prefix) and "x86_64" in wheel.name:
+                return wheel
+    return None
+
+
+def cuda_constraints(manifest: Manifest) -> tuple[str, ...]:
+    """'nvidia-cuda-nvcc==13.0.*' (and its -cu13 name) for each toolkit-versioned CUDA wheel."""
+    cuda = manifest.pins.cuda
+    if not cuda:
+        return ()
+    major = cuda.split(".", 1)[0]
+    names = _data()["lock"]["cuda_components"]
+    return tuple(f"{n}{suffix}=={cuda}.*" for n in names for suffix in ("", f"-cu{major}"))
 
 
 def distribution(base_image: str) -> str:
@@ -457,8 +487,6 @@ def resolve_image(manifest: Manifest, *, cert: Path | None = None, timeout_s: fl
     trouble: str | None = None
     if probes[0].reachable:
         with tempfile.TemporaryDirectory(prefix="kit-resolve-") as tmp:
-            from kit.images.image_lock import cuda_constraints
-
             report, held = Path(tmp) / "report.json", Path(tmp) / "cuda-minor.txt"
             held.write_text("\n".join(cuda_constraints(manifest)) + "\n", encoding="utf-8")
             run = run_pip(

@@ -21,7 +21,7 @@ from typing import Any
 
 from kit.errors import EnvironmentProblem, KitError
 from kit.images.gpu_access import Attempt, GpuAccess, GpuMode, granted, not_asked, plan, refused
-from kit.images.manifest import Manifest
+from kit.images.manifest import LOCAL_BASE, Manifest, lock_path
 from kit.images.verify_rows import (
     COLLECTIVE_TIMEOUT_S,
     CPU_RANKS,
@@ -236,6 +236,73 @@ def lock_row(committed: str | None, installed: str | None) -> Row:
     return Row("lock", expected, found, OK if same else DRIFT)
 
 
+def base_row(manifest: Manifest, committed: str | None, label: str | None) -> Row:
+    """The 'base' row (pure): what the image was built on (its io.kit.base label) against the base the
+    lock was made on, or the manifest's digest. A local base is not fixed (kit.images.base): one other
+    than the lock's is said, not counted as drift, as the build said it."""
+    from kit.images.system_lock import system_of
+
+    image, digest = manifest.base.image, manifest.base.digest
+    registry = f"{image}@{digest}" if digest and digest != LOCAL_BASE else None
+    locked = system_of(committed).base if committed else None
+    expected = locked or registry or f"{image} (built locally: not fixed)"
+    if not label:
+        return Row("base", expected, "not recorded", NOT_CHECKED, "built before the kit recorded its base")
+    if registry:
+        return Row("base", registry, label, OK if label == registry else DRIFT)
+    if label == locked:
+        return Row("base", expected, label, OK)
+    why = "a locally built base is not fixed" + ("" if locked else "; the lock records no base yet")
+    return Row("base", expected, label, OK, why)
+
+
+def system_rows(manifest: Manifest, committed: str | None, dpkg_status: str | None) -> list[Row]:
+    """The system-package rows (pure): each package the manifest names, then every package in the
+    image's dpkg database against the lock's (kit image lock NAME --system)."""
+    from kit.images.system_lock import apt_names, compare_packages, parse_dpkg_status, system_of
+
+    locked = system_of(committed).packages if committed else {}
+    if dpkg_status is None:
+        return [
+            Row("system packages", "the lock's", "no dpkg database", NOT_CHECKED, "not a Debian/Ubuntu image")
+        ]
+    installed = parse_dpkg_status(dpkg_status)
+    if not locked:
+        return [
+            Row(
+                "system packages",
+                "the lock's (none recorded)",
+                f"{len(installed)} in the image",
+                NOT_CHECKED,
+                f"the lock holds no system packages yet: kit image lock {manifest.name} --system",
+            )
+        ]
+    rows = []
+    for name in apt_names(manifest):
+        want, have = locked.get(name), installed.get(name)
+        expected, found = (
+            want.version if want else "not in the lock",
+            have.version if have else "not installed",
+        )
+        rows.append(
+            Row(
+                f"apt {name}",
+                expected,
+                found,
+                OK if want and have and want.version == have.version else DRIFT,
+            )
+        )
+    compared = compare_packages(locked, installed)
+    differences = compared.differences
+    found = (
+        f"0 differences ({compared.same} packages)"
+        if not differences
+        else f"{len(differences)} difference(s): " + "; ".join(differences[:20])
+    )
+    rows.append(Row("system packages", f"the lock's {len(locked)}", found, DRIFT if differences else OK))
+    return rows
+
+
 def result_of(
     manifest: Manifest,
     *,
@@ -245,9 +312,10 @@ def result_of(
     access: GpuAccess,
     seconds: float,
     lock: Row | None = None,
+    system: list[Row] | None = None,
 ) -> VerifyResult:
     """The result of one probe run (pure): rows, verdict and counts."""
-    rows = compare(manifest, report, access=access) + ([lock] if lock else [])
+    rows = compare(manifest, report, access=access) + ([lock] if lock else []) + (system or [])
     result_verdict = verdict(rows, access)
     return VerifyResult(
         name=manifest.name,
@@ -271,7 +339,8 @@ def verify_image(
     ref: str | None = None,
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
 ) -> VerifyResult:
-    from kit.images.inspect import require_image
+    from kit.images.inspect import read_file, require_image
+    from kit.images.system_lock import DPKG_STATUS
 
     tag = ref or manifest.tag
     started = time.monotonic()
@@ -279,6 +348,11 @@ def verify_image(
     report, access = run_probe(
         tag, name=manifest.name, flavor=manifest.flavor, mode=gpus, collective_timeout_s=collective_timeout_s
     )
+    committed, installed = _locks(manifest, tag)
+    try:
+        dpkg: str | None = read_file(tag, DPKG_STATUS, label_image=manifest.name).decode("utf-8", "replace")
+    except KitError:
+        dpkg = None
     return result_of(
         manifest,
         tag=tag,
@@ -286,14 +360,17 @@ def verify_image(
         report=report,
         access=access,
         seconds=time.monotonic() - started,
-        lock=lock_row(*_locks(manifest, tag)),
+        lock=lock_row(committed, installed),
+        system=[
+            base_row(manifest, committed, info.labels.get("io.kit.base")),
+            *system_rows(manifest, committed, dpkg),
+        ],
     )
 
 
 def _locks(manifest: Manifest, tag: str) -> tuple[str | None, str | None]:
     """(images/NAME.lock, what pip installed in the image); None for one that is not there. An image
     built before locks recorded its `pip freeze --all` at lock.txt instead of installed.txt."""
-    from kit.images.image_lock import lock_path
     from kit.images.inspect import read_file
     from kit.images.lock import INSTALLED_PATH, LOCK_PATH
 
@@ -324,6 +401,7 @@ __all__ = [
     "Verdict",
     "VerifyResult",
     "arch_names",
+    "base_row",
     "compare",
     "counts",
     "lock_row",
@@ -332,6 +410,7 @@ __all__ = [
     "probe_args",
     "result_of",
     "run_probe",
+    "system_rows",
     "verdict",
     "verify_image",
     "version_matches",

@@ -100,10 +100,10 @@ def header(specs: Sequence[LaunchSpec]) -> str:
 def build_section(spec: LaunchSpec, context: str) -> dict[str, Any]:
     """The manifest's build as Compose writes it: the args `kit image build` feeds, torch from the
     manifest's index (a local wheel can be dropped into images/wheels/, a CA bundle into images/ca/)."""
-    from kit.images.build import build_args
+    from kit.images.build import committed_build_args
     from kit.images.manifest import load_manifest
 
-    args = build_args(load_manifest(spec.image))
+    args = committed_build_args(load_manifest(spec.image))
     return {
         "context": context,
         "dockerfile": "Dockerfile",

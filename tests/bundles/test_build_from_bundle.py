@@ -98,3 +98,28 @@ def test_name_and_from_bundle_are_one_or_the_other(tmp_path, builds):
     assert run_kit("image", "build").returncode == 2
     assert run_kit("image", "build", CPU, "--from-bundle", str(_bundle(tmp_path, COMMITTED))).returncode == 2
     assert builds == []
+
+
+def test_a_system_package_outside_the_kits_locks_is_refused_and_a_malformed_one_never_built(tmp_path, builds):
+    """The lock's system lines reach apt-get's argv: judged like its Python packages."""
+    extra = COMMITTED.replace(
+        "# kit-apt: bash ", "# kit-apt: openssh-server 1:9.2p1-2+deb12u3 amd64\n# kit-apt: bash ", 1
+    )
+    judged = judge(extra, CPU, [CPU], kit_locks([ROOT / "images"]))
+    assert judged.fatal == []
+    assert [r.line() for r in judged.refused] == [
+        "system package openssh-server 1:9.2p1-2+deb12u3: in none of the kit's own locks"
+    ]
+    done = run_kit("image", "build", "--from-bundle", str(_bundle(tmp_path, extra)))
+    assert done.returncode == 2 and builds == []
+
+    option = COMMITTED.replace(
+        "# kit-apt: bash ", "# kit-apt: -oAPT::Get::AllowUnauthenticated=true 1 x\n# kit-apt: bash ", 1
+    )
+    judged = judge(option, CPU, [CPU], kit_locks([ROOT / "images"]))
+    assert [r.line() for r in judged.fatal] == [
+        "lock: not a Debian package, version and architecture: "
+        "# kit-apt: -oAPT::Get::AllowUnauthenticated=true 1 x"
+    ]
+    done = run_kit("image", "build", "--from-bundle", str(_bundle(tmp_path, option)), "--trust-bundle")
+    assert done.returncode == 2 and builds == []

@@ -72,3 +72,20 @@ def test_a_bundle_of_a_locked_image_names_its_lock_by_digest():
     section = lock_section(HERE, "unused", "/opt/kit/lock.txt in image x")
     assert "sha256:" + section["sha256"] == lock_digest(HERE)
     assert section["packages"]["torch"] == "2.14.1" and section["count"] == 208
+
+
+def test_repro_says_whether_the_local_image_matches_the_bundles_lock_digest_and_base():
+    base = "debian:bookworm-slim local sha256:" + "1" * 64 + " (not fixed)"
+    other = "debian:bookworm-slim local sha256:" + "2" * 64 + " (not fixed)"
+    assert lock_differences(HERE, HERE, (base, base))[1][0] == (
+        f"the local image matches the bundle's: the same lock digest, the same base ({base})"
+    )
+    moved = _moved(HERE, "torch", "2.14.0")
+    assert lock_differences(moved, HERE, (base, other))[1][0] == (
+        "the local image does NOT match the bundle's: another lock digest, "
+        f"another base (bundle {base}, here {other})"
+    )
+    assert lock_differences(HERE, HERE, (None, base))[1][0] == (
+        "the local image does NOT match the bundle's: the same lock digest, "
+        "base not compared (the bundle records none)"
+    )

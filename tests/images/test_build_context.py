@@ -11,16 +11,10 @@ from pathlib import Path
 import pytest
 
 from kit.errors import InputError
-from kit.images.build import (
-    BuildOptions,
-    build_args,
-    find_local_wheel,
-    local_torch_wheel,
-    python_tag,
-    write_context,
-)
+from kit.images.build import BuildOptions, build_args, local_torch_wheel, write_context
 from kit.images.manifest import load_manifest
 from kit.images.pipconfig import parse_pip_config
+from kit.images.resolve import find_local_wheel, python_tag
 
 CPU = "sglang-0.5.23-cpu"
 

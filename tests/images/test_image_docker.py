@@ -12,7 +12,9 @@ import time
 import uuid
 
 import pytest
-from image_helpers import CPU_IMAGE, run_kit
+from image_helpers import CPU_IMAGE, ROOT, run_kit
+
+from kit.images.system_lock import system_of
 
 pytestmark = pytest.mark.docker
 
@@ -55,8 +57,13 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
     assert rows["sgl_kernel op"]["why"] == "the kit's stand-in, not a CUDA kernel"
     assert rows["all_reduce"]["found"].startswith("2 ranks (gloo): 3 on every rank")
     assert rows["py-spy"]["found"] == "0.4.3; 'py-spy 0.4.3'"
-    # The image holds exactly its lock: what pip installed (installed.txt) against images/NAME.lock.
+    # The image holds exactly its lock: what pip installed (installed.txt) against images/NAME.lock,
+    # its dpkg database against the lock's system packages, and the base it was built on.
     assert rows["lock"]["found"].startswith("0 differences")
+    locked = system_of((ROOT / "images" / f"{CPU_IMAGE}.lock").read_text(encoding="utf-8")).packages
+    assert rows["system packages"]["found"] == f"0 differences ({len(locked)} packages)"
+    assert rows["apt g++"]["expected"] == rows["apt g++"]["found"] != "not installed"
+    assert rows["base"]["found"].startswith("debian:bookworm-slim ")
     ranks = result["report"]["all_reduce"]["ranks"]
     assert [r["stage"] for r in ranks] == ["done", "done"] and all(
         r["low"] == r["high"] == 3.0 for r in ranks
@@ -68,8 +75,9 @@ def test_verify_passes_on_the_built_cpu_image(cpu_image, engine, capsys):
 def test_verify_human_table(cpu_image, capsys):
     assert run_kit(["image", "verify", CPU_IMAGE, "--gpus", "none"]) == 0
     out = capsys.readouterr().out
-    # 12 checks of the manifest and the image's lock
-    assert "matches its manifest: all 13 checks ran and matched" in out and "compiled arch list" in out
+    # 12 checks of the manifest, the image's lock, its base and its system packages (7 named, all)
+    assert "matches its manifest: all 22 checks ran and matched" in out and "compiled arch list" in out
+    assert "apt python3.11-dev" in out and "system packages" in out
     assert "0 differences" in out
     assert "DRIFT" not in out and "not checked" not in out
 
@@ -231,3 +239,22 @@ def test_interrupting_verify_removes_the_probe_container(own_cpu_manifest, engin
     assert proc.returncode == 130, stdout + stderr
     assert stderr.strip() == "kit: error: interrupted" and "Traceback" not in stdout + stderr
     assert not engine.containers.list(all=True, filters=mine)
+
+
+def test_lock_system_reads_the_built_image_into_its_lock(cpu_image, project, capsys):
+    """The lock's system part comes from the built image's dpkg database and the base it was built
+    on (its layers), without starting it; the result holds under --check."""
+    from kit.images.system_lock import SystemLock, with_system
+
+    lock = project / "images" / f"{CPU_IMAGE}.lock"
+    lock.write_text(with_system(lock.read_text(encoding="utf-8"), SystemLock()), encoding="utf-8")
+    assert run_kit(["image", "lock", CPU_IMAGE, "--system"]) == 0, capsys.readouterr().err
+    system = system_of(lock.read_text(encoding="utf-8"))
+    assert system.base and system.base.startswith("debian:bookworm-slim local sha256:")
+    assert system.base.endswith(" (not fixed)")
+    assert {"python3.11", "python3.11-dev", "g++", "libnuma1", "procps", "bash"} <= set(system.packages)
+    assert system.apt_snapshot and system.apt_snapshot.startswith(
+        "https://snapshot.debian.org/archive/debian/"
+    )
+    assert run_kit(["image", "lock", CPU_IMAGE, "--check"]) == 0
+    assert "system packages at exact versions" in capsys.readouterr().out

@@ -301,7 +301,7 @@ def test_compose_yaml_matches_the_compose_specification():
 
 
 def test_every_compose_service_builds_its_manifest_and_never_pulls():
-    from kit.images.build import build_args
+    from kit.images.build import committed_build_args
     from kit.images.manifest import load_manifest
 
     doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
@@ -313,7 +313,7 @@ def test_every_compose_service_builds_its_manifest_and_never_pulls():
         build = service["build"]
         assert build["context"] == "." and build["dockerfile"] == "Dockerfile"
         assert (paths.project_root() / build["context"] / build["dockerfile"]).is_file()
-        assert build["args"] == build_args(load_manifest(spec.image))
+        assert build["args"] == committed_build_args(load_manifest(spec.image))
         assert service["image"] == spec.image_ref == load_manifest(spec.image).tag
 
 
