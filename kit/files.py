@@ -163,8 +163,16 @@ def _read_stream(stream: BinaryIO, field: str, name: str) -> LogText:
         if not utf16:
             _refuse_binary(chunk, len(head), field, name)
         head += chunk
-    if not head.strip():
+    if not head:
         raise InputError(field, f"{name} is empty: nothing to analyse", "give the server's log")
+    if not head.strip():  # CRLF or blank lines only: not empty, but no line of text either
+        breaks = head.count(b"\n")
+        raise InputError(
+            field,
+            f"{name} holds no text, only whitespace ({len(head)} bytes, {breaks} line breaks): "
+            "nothing to analyse",
+            "give the server's log",
+        )
     tail: deque[bytes] = deque()
     kept = skipped = skipped_lines = 0
     while True:

@@ -58,6 +58,17 @@ def _run(*argv: str) -> tuple[int, str, str]:
     return int(info.value.code or 0), out.getvalue(), err.getvalue()
 
 
+def test_every_command_module_the_cli_imports_exists():
+    # _register imports each one and lets no ModuleNotFoundError pass: a module named here that does
+    # not exist (kit.cli.watch did) is a broken kit, not a command "not written yet".
+    import importlib.util
+
+    from kit.cli import _COMMAND_MODULES
+
+    assert [m for m in _COMMAND_MODULES if importlib.util.find_spec(m) is None] == []
+    assert len(set(_COMMAND_MODULES)) == len(_COMMAND_MODULES)
+
+
 def test_the_walk_finds_every_command():
     assert {"up", "watch", "analyze", "smoke", "repro", "bundle create", "check", "doctor"} <= set(COMMANDS)
     assert len(COMMANDS) > 35

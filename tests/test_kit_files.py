@@ -99,7 +99,12 @@ def test_an_empty_name_is_refused():
 
 @pytest.mark.parametrize(
     ("data", "why"),
-    [(b"", "is empty"), (b"\n \n", "is empty"), (b"ELF\x02\x01\x00\x00", "NUL byte at offset 5")],
+    [
+        (b"", "is empty"),
+        (b"\n \n", r"holds no text, only whitespace \(3 bytes, 2 line breaks\)"),
+        (b"\r\n" * 4, r"holds no text, only whitespace \(8 bytes, 4 line breaks\)"),  # not "empty"
+        (b"ELF\x02\x01\x00\x00", "NUL byte at offset 5"),
+    ],
 )
 def test_what_is_not_text_is_refused(tmp_path, data, why):
     path = tmp_path / "log"
