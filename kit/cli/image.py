@@ -9,7 +9,7 @@ import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import FiniteFloat, InputFile
+from kit.cli.params import LINE, FiniteFloat, InputFile
 from kit.cli.signals import interruptible
 from kit.output import console, err_console, show
 
@@ -364,8 +364,8 @@ def _human_verify(result, out) -> None:
 
 @exits("OK", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("diff")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=LINE)
+@click.argument("b", type=LINE)
 @click.option("--json", "as_json", is_flag=True, help="Print the difference as one JSON document.")
 def diff(a: str, b: str, as_json: bool) -> None:
     """Python packages added, removed and changed from image A to image B (their build-time locks).

@@ -12,7 +12,7 @@ from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
-from kit.cli.params import LIMIT_VALUE, LINE, LOG_FILE, PID
+from kit.cli.params import CONTAINER, LIMIT_VALUE, LINE, LOG_FILE, PID
 from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
@@ -207,7 +207,7 @@ def up(
 
 @exits(*VERDICT_EXITS, json=LINES)
 @cli.command()
-@click.argument("container", required=False)
+@click.argument("container", required=False, type=CONTAINER)
 @click.option(
     "--pid",
     type=PID,
@@ -393,7 +393,7 @@ def _print_ps(rows, out) -> None:
 
 @exits("OK", "USAGE", "ENVIRONMENT", "INTERRUPTED")
 @cli.command()
-@click.argument("container")
+@click.argument("container", type=CONTAINER)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option(
     "--tail",
@@ -411,7 +411,7 @@ def logs(container: str, follow: bool, tail: int | None) -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT")
 @cli.command()
-@click.argument("containers", metavar="[CONTAINER]...", nargs=-1)
+@click.argument("containers", metavar="[CONTAINER]...", nargs=-1, type=CONTAINER)
 @click.option("--all", "all_", is_flag=True, help="Every container the kit started (not Compose's services).")
 def down(containers: tuple[str, ...], all_: bool) -> None:
     """Stop and remove the kit's containers (by name, or --all; Compose's services only by name)."""
