@@ -61,7 +61,7 @@ def build(
     With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
     from kit.cli.image_lock import bundle_build_options
     from kit.errors import InputError
-    from kit.images.build import BuildOptions, build_image
+    from kit.images.build import BuildOptions
     from kit.images.manifest import load_manifest
     from kit.images.pipconfig import pip_defaults
 
@@ -79,16 +79,27 @@ def build(
         lock_text=lock_text,
         tag=tag,
     )
-    progress = _BuildProgress(options.tag or manifest.tag)
-    with progress:
-        result = build_image(manifest, options, on_line=progress.line)
-    show(
-        result,
-        as_json=as_json,
-        human=lambda r, c: c.print(
-            f"[bold green]built[/] {r.tag} ({r.image_id[:19]}) in {r.seconds:.0f} s; "
-            f"torch from {r.torch_source}; log {r.log_path}"
-        ),
+    show(build_with_progress(manifest, options), as_json=as_json, human=lambda r, c: c.print(built_line(r)))
+
+
+def build_with_progress(manifest, options=None):
+    """build_image with the live progress of `kit image build` on stderr; without OPTIONS, its
+    defaults (the host pip's CA bundle and find-links folders): what `kit up` builds a missing image
+    with."""
+    from kit.images.build import BuildOptions, build_image
+    from kit.images.pipconfig import pip_defaults
+
+    if options is None:
+        defaults = pip_defaults()
+        options = BuildOptions(ca_bundle=defaults.cert, wheel_dirs=defaults.find_links)
+    with _BuildProgress(options.tag or manifest.tag) as progress:
+        return build_image(manifest, options, on_line=progress.line)
+
+
+def built_line(result) -> str:
+    return (
+        f"[bold green]built[/] {result.tag} ({result.image_id[:19]}) in {result.seconds:.0f} s; "
+        f"torch from {result.torch_source}; log {result.log_path}"
     )
 
 
