@@ -200,6 +200,46 @@ def test_docs_list_each_command_as_its_help_does():
         assert listed.strip() == ", ".join(shown), name
 
 
+_OPTION = re.compile(r"--[a-z][a-z-]*")
+
+
+def readme_commands(cell: str) -> list[tuple[tuple[str, ...], set[str]]]:
+    """Each `kit ...` in a README table cell: the commands it names (`render sglang/docker/lws` and
+    `cache show / clear` name several) and the --options it shows for them."""
+    found = []
+    for code in re.findall(r"`kit ([^`]+)`", cell):
+        tokens = code.replace("\\|", " ").split()
+        group: click.Command = cli
+        paths: list[tuple[str, ...]] = [()]
+        while isinstance(group, click.Group) and tokens:
+            names: list[str] = []
+            while tokens and (parts := [n for n in tokens[0].split("/") if n]) is not None:
+                if tokens[0] != "/" and not all(n in group.commands for n in parts):
+                    break
+                names += parts
+                tokens.pop(0)
+            if not names:
+                break
+            paths = [(*path, name) for path in paths for name in names]
+            group = group.commands[names[0]]
+        found += [(path, set(_OPTION.findall(" ".join(tokens)))) for path in paths]
+    return found
+
+
+def test_readme_shows_each_command_only_options_it_takes():
+    # README's table listed --gpus for `render sglang/lws`, which refuse it (no such option).
+    rows = [line.split(" | ")[0] for line in (ROOT / "README.md").read_text().splitlines()]
+    named = [item for row in rows if row.startswith("| `kit ") for item in readme_commands(row)]
+    assert len(named) > 30 and {("render", "lws"), ("cache", "clear"), ("up",)} <= {p for p, _ in named}
+    wrong = {}
+    for path, options in named:
+        command = COMMANDS[" ".join(path)][1]
+        takes = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+        if options - takes:
+            wrong[" ".join(path)] = sorted(options - takes)
+    assert wrong == {}
+
+
 def test_the_help_table_is_every_command_with_its_own_first_paragraph():
     """`kit --help` prints kit/cli/commands.toml without importing the commands: it must say what they say."""
     from kit.cli import _listed
