@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import analyze_bench  # noqa: E402
+import analyze_bench
 
 
 def test_a_repeat_is_the_same_line_once_its_stamps_are_removed():
