@@ -1,5 +1,8 @@
 """`kit up` builds a missing pinned image first, as Compose builds a missing service image, and
-`--no-build` refuses instead (ENVIRONMENT, naming `kit image build`).
+`--no-build` refuses instead (ENVIRONMENT, naming `kit image build`). The compile-cache volume that
+run creates (a volume of its own here, KIT_COMPILE_CACHE_VOLUME) carries Compose's labels for
+compose.yaml's project, so a `docker compose` run after it does not warn that the volume "already
+exists but was not created by Docker Compose".
 
 The shared rehearsal image is never removed or rebuilt here: the image that is missing is a test-only
 manifest (a copy of the rehearsal's, under a name of its own, with its lock) in a KIT_PROJECT_DIR whose
@@ -10,6 +13,7 @@ build is what is tested, and a crash is the quickest verdict a started server gi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -59,12 +63,24 @@ def unbuilt_manifest(tmp_path, built_image):
         client().images.remove(ref, force=True)
 
 
+@pytest.fixture
+def cache_volume(monkeypatch):
+    """A compile-cache volume of this test's own (never the user's), removed afterwards."""
+    name = f"kit-test-cache-{secrets.token_hex(3)}"
+    monkeypatch.setenv("KIT_COMPILE_CACHE_VOLUME", name)
+    yield name
+    with contextlib.suppress(Exception):
+        client().volumes.get(name).remove(force=True)
+
+
 def kit(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KIT_PROJECT_DIR": str(project)}  # KIT_RUN_LABELS: new_servers' label
     return subprocess.run([*KIT, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_kit_up_builds_the_missing_image_with_progress_then_starts_it(unbuilt_manifest, new_servers):
+def test_kit_up_builds_the_missing_image_with_progress_then_starts_it(
+    unbuilt_manifest, new_servers, cache_volume, tmp_path
+):
     name, project = unbuilt_manifest
     ref = f"{IMAGE_REPOSITORY}:{name}"
 
@@ -83,3 +99,21 @@ def test_kit_up_builds_the_missing_image_with_progress_then_starts_it(unbuilt_ma
     # then it starts that image: a container of it ran, and the planted crash is its verdict
     assert run.returncode == 1 and "CRASHED" in run.stdout, said
     assert f"kit up tiny ({name}, " in run.stdout, said
+
+    # The compile-cache volume it made is Compose's own for compose.yaml's project: no warning.
+    volume = client().volumes.get(cache_volume)
+    labels = volume.attrs.get("Labels") or {}
+    assert labels == {"com.docker.compose.project": "kit", "com.docker.compose.volume": cache_volume}
+    compose_file = tmp_path / "compose.yaml"
+    rendered = subprocess.run([*KIT, "render", "compose", "tiny"], capture_output=True, text=True, timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    compose_file.write_text(rendered.stdout)
+    compose = ["docker", "compose", "-f", str(compose_file)]
+    try:
+        created = subprocess.run([*compose, "create", "tiny"], capture_output=True, text=True, timeout=120)
+        assert created.returncode == 0, created.stderr
+        assert "already exists" not in created.stderr and "external: true" not in created.stderr, (
+            created.stderr
+        )
+    finally:
+        subprocess.run([*compose, "rm", "--force", "--stop", "tiny"], capture_output=True, timeout=120)
