@@ -72,12 +72,20 @@ def intent_of(profile: Profile, model: CatalogModel, device: str) -> dict[str, A
         "reasoning_parser": profile.reasoning_parser,
         "tool_call_parser": profile.tool_call_parser,
         "watchdog_timeout": profile.watchdog_timeout,
+        "soft_watchdog_timeout": soft_watchdog_s(profile),
         "cpu_threads_bind": cpu_bind_per_rank(profile.cpu_threads_bind, profile.tp)
         if device == "cpu"
         else None,
         "host": profile.host,
         "port": profile.container.port,
     }
+
+
+def soft_watchdog_s(profile: Profile) -> int:
+    """SGLang's soft watchdog at the profile's longest stall window: by then the kit's own watch has
+    judged every stage, so the scheduler's own py-spy dump and line (read live and by kit analyze,
+    kit/logs/soft_watchdog.py) come on top of the kit's evidence, never before its verdict."""
+    return int(max(profile.timing.stall_windows.model_dump().values()))
 
 
 def cpu_bind_per_rank(bind: str | None, ranks: int) -> str | None:

@@ -13,7 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-PHASES = ("init", "load", "memory", "capture", "warmup")
+# The start-up phases with a deadline each, in order; their sum is the whole start-up budget
+# (Compose's start_period, systemd's TimeoutStartSec, the smoke's budget). FlashInfer's autotune
+# runs between the memory pool and capture (its own deadline, kit/catalog/_schema.py).
+PHASES = ("init", "load", "memory", "autotune", "capture", "warmup")
 # The longest a phase deadline, stall window, budget or timeout may be: one bound for the catalog,
 # the CLI and the limits parser (a larger value, inf or nan, is a typo, not a plan).
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -35,9 +38,9 @@ class Timing(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     deadlines: dict[str, float]
-    """Keys: init, load, memory, capture, warmup, first_token."""
+    """Keys: init, load, memory, autotune, capture, warmup, first_token."""
     stall_windows: dict[str, float]
-    """Keys: init, load, memory, capture, warmup. No log line and no activity for this long = HUNG."""
+    """Keys: init, load, memory, autotune, capture, warmup. No log line and no activity this long = HUNG."""
     cpu_progress_in: tuple[str, ...] = ("launch",)
     """Stages where CPU time counts as activity (elsewhere a spinning collective would look busy)."""
 

@@ -38,6 +38,7 @@ __all__ = [
     "check_request",
     "ensure_base",
     "ensure_venv",
+    "launch_resolution",
     "run_cells",
     "venv_dir",
 ]
@@ -309,6 +310,31 @@ def check_request(r: Resolved) -> dict[str, Any]:
         # (attention_registry.py), where 0.5.9 refuses flashinfer; the driver runs that too.
         request["stages"] = ["load"]
     return request
+
+
+def launch_resolution(spec, *, in_image: bool | None = None, progress: Progress = lambda _: None) -> dict:
+    """SGLang's own resolution of this exact launch (its argv and env, the model's config.json: the
+    fetched one where `kit model fetch` put it, the target GPU emulated as `kit check` does): the
+    driver's result, with `graphs` (the CUDA-graph capture lists the release resolved) and
+    `resolved` (max_running_requests, ...). Runs in the image where it is on this host (a GPU host
+    has the one it serves), else in the check venv of the image's release."""
+    from kit.runtime.engine import image_exists
+    from kit.validate import model_config
+
+    r = resolve_full(spec.target, image=spec.image)
+    request = check_request(r)
+    config, _ = model_config(r)
+    request.update(args=list(spec.argv[3:]), env=dict(spec.env), config_json=str(config) if config else None)
+    if request.get("emulate"):
+        request["emulate"] = {**request["emulate"], "device_count": spec.ranks}
+    if in_image is None:
+        in_image = image_exists(spec.image_ref)
+    if in_image:
+        progress(f"SGLang's resolution of the launch in {spec.image_ref}")
+        return _parse(_run_in_image(spec.image_ref, request), f"image {spec.image_ref}")
+    venv, _ = ensure_venv(r.manifest.pins.sglang, progress)
+    progress(f"SGLang {r.manifest.pins.sglang}'s resolution of the launch")
+    return _run_in_venv(venv, request)
 
 
 def _parse(output: str, where: str) -> dict[str, Any]:

@@ -10,15 +10,15 @@ in the order given, as each finishes.
                "env": {...}, "emulate": null | {"capability": [12, 0], "memory_gib": 96,
                "device_count": 4, "name": "...", "cuda_version": "12.9"}}
 
-Imports cost seconds and a cell milliseconds, so one process serves many cells: cells that share
-env and emulated device form a group, one forked process imports SGLang once for the group (some
-modules read env and the device at import), and every cell runs in its own fork of that process,
-so nothing a cell's ServerArgs does (env it sets, caches it fills, loggers) reaches the next.
+Imports cost seconds and a cell milliseconds, so one process serves many cells: cells that share env and
+emulated device form a group, one forked process imports SGLang once for the group (some modules read env
+and the device at import), and every cell runs in its own fork of that process, so nothing a cell's
+ServerArgs does (env it sets, caches it fills, loggers) reaches the next.
 
-`prepare_server_args` builds ServerArgs, whose post-init holds SGLang's model-specific rules (the
-0.5.10 MTP-on-hybrid ValueError among them). Some of them assert a CUDA device; on a machine without
-one, `emulate` makes torch.cuda answer like the target GPU (capability, memory, count) so the rules
-run as they would there. Nothing touches a device: the parser never allocates.
+`prepare_server_args` builds ServerArgs, whose post-init holds SGLang's model-specific rules (the 0.5.10
+MTP-on-hybrid ValueError among them). Some of them assert a CUDA device; on a machine without one, `emulate`
+makes torch.cuda answer like the target GPU (capability, memory, count) so the rules run as they would
+there. Nothing touches a device: the parser never allocates.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ SHOWN = (
     "max_total_tokens",
     "chunked_prefill_size",
     "cuda_graph_max_bs",
+    "cuda_graph_config",  # 0.5.2x: per phase the capture backend and sizes (kit/pivot/graph_step.py)
     "disable_cuda_graph",
     "page_size",
     "reasoning_parser",
@@ -247,8 +248,8 @@ class _Records(logging.Handler):
 
 
 def _plain(value):
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
+    if value is None or isinstance(value, (bool, int, float, str, dict, list, tuple)):
+        return json.loads(json.dumps(value, default=str))  # JSON's own shapes pass (cuda_graph_config)
     return str(value)
 
 

@@ -23,7 +23,13 @@ _OUTCOME_STYLE = {"ready": "green", "crashed": "red", "hung": "yellow"}
 @cli.command()
 @click.argument("logfile")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-def analyze(logfile: str, as_json: bool) -> None:
+@click.option(
+    "--target",
+    default=None,
+    metavar="TARGET",
+    help="A catalog target whose profile's smoke floor the speculative acceptance length is held to.",
+)
+def analyze(logfile: str, as_json: bool, target: str | None) -> None:
     """Analyse an SGLang server log (a file, a bundle from kit bundle create, or - for stdin).
 
     A log holding several starts (journald of a restarting unit, an appended file) is split into
@@ -31,6 +37,7 @@ def analyze(logfile: str, as_json: bool) -> None:
     before ready without a crash is HUNG (offline, nobody can measure how long it was quiet).
     A log that cannot be read is USAGE.
     """
+    floor = _accept_floor(target)
     if logfile == "-":
         from kit.files import read_log
         from kit.logs.attempts import LaunchCounter
@@ -40,13 +47,13 @@ def analyze(logfile: str, as_json: bool) -> None:
             log = read_log(sys.stdin.buffer, name="stdin", on_skipped=middle)
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
-        report = with_skipped(analyze_text(log.text, source="-"), log, middle.launches)
+        report = with_skipped(analyze_text(log.text, source="-", accept_floor=floor), log, middle.launches)
     elif _is_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
         from kit.diagnose.bundle import bundle_log_text
 
-        report = analyze_text(bundle_log_text(logfile), source=logfile)
+        report = analyze_text(bundle_log_text(logfile), source=logfile, accept_floor=floor)
     else:
-        report = analyze_path(logfile)
+        report = analyze_path(logfile, accept_floor=floor)
     show(report, as_json=as_json, human=lambda r, out: _human(r, _Printable(out)))
     raise SystemExit(report.exit_code)
 
@@ -77,10 +84,68 @@ def _clean(text: str) -> str:
     return printable(text)
 
 
+def _accept_floor(target: str | None) -> float | None:
+    """The target's smoke floor for SGLang's acceptance length (1.0 when its profile sets none, as
+    kit smoke holds it); None without --target."""
+    if target is None:
+        return None
+    from kit.catalog import Smoke, load_catalog
+
+    catalog = load_catalog()
+    if target not in catalog.targets:
+        raise InputError(
+            "--target", f"unknown target {target!r}", f"one of: {', '.join(sorted(catalog.targets))}"
+        )
+    model, entry = catalog.targets[target]
+    smoke = Smoke.model_validate(catalog.models[model].profiles[entry.profile].get("smoke") or {})
+    return smoke.min_accept_length or 1.0
+
+
 def _is_bundle(path: str) -> bool:
     from kit.diagnose.bundle import looks_like_bundle
 
     return looks_like_bundle(path)
+
+
+_MEASURE_NAMES = {
+    "accept_len": "accept len",
+    "accept_rate": "accept rate",
+    "gen_throughput": "gen throughput (token/s)",
+    "running": "running requests",
+    "queued": "queued requests",
+    "kv_usage": "KV usage",
+    "mamba_usage": "mamba usage",
+}
+
+
+def serving_lines(serving) -> list[str]:
+    """The serving stretch in a few lines: counts, each measure's min/median/max, the acceptance
+    against the floor, the medians over time, retractions and out-of-memory lines."""
+    counted = (
+        f"{serving.decode_batches:,} decode and {serving.prefill_batches:,} prefill batches, "
+        f"{serving.requests:,} request stats"
+        if serving.decode_batches is not None
+        else f"read as {serving.lines_read:,} batch lines from evenly spaced stretches of a large log"
+    )
+    lines = [f"serving: {counted}"]
+    for name, stat in serving.over_log.items():
+        spread = f"{stat.min:g} .. {stat.max:g} (median {stat.median:g}, {stat.count:,} lines)"
+        text = f"  {_MEASURE_NAMES[name]}: {spread}"
+        if name == "accept_len" and serving.accept_floor is not None:
+            word = "BELOW" if serving.accept_below_floor else "at or above"
+            text += f"; {word} the target's floor {serving.accept_floor:g}"
+        lines.append(text)
+    if len(serving.over_time) > 1:
+        for name in ("accept_len", "gen_throughput", "kv_usage", "mamba_usage"):
+            medians = [w.get(name) for w in serving.over_time]
+            if any(m is not None for m in medians):
+                shown = ", ".join("-" if m is None else f"{m:g}" for m in medians)
+                lines.append(f"  {_MEASURE_NAMES[name]} over time (median per slice): {shown}")
+    if serving.retractions:
+        lines.append(f"  retractions: {serving.retractions} (first: {serving.retraction_lines[0]})")
+    if serving.oom_lines:
+        lines.append(f"  out-of-memory lines: {serving.oom_lines} (first: {serving.oom_evidence[0]})")
+    return lines
 
 
 def _human(report: AnalysisReport, out: Console) -> None:
@@ -89,6 +154,8 @@ def _human(report: AnalysisReport, out: Console) -> None:
         where = f"in phase {report.phase.value}"
         if report.phase_from == "exception":
             where += " (from the traceback)"
+        elif report.phase_from == "serving":
+            where += " (from its serving lines)"
     else:
         where = "before any start-up phase" if report.phase_from or report.last_milestone else "phase unknown"
     last = report.last_milestone.value if report.last_milestone else "none"
@@ -97,6 +164,23 @@ def _human(report: AnalysisReport, out: Console) -> None:
         f"[bold {style}]{report.outcome.upper()}[/] {where} (last milestone: {last}; "
         f"{report.lines} lines{dialect})"
     )
+    if report.mid_life:
+        out.print(
+            "the excerpt holds no start-up lines: READY read off the server at work (its batches, request"
+            " stats, answered requests)",
+            markup=False,
+            highlight=False,
+        )
+    if report.server == "diffusion":
+        out.print(
+            "SGLang's diffusion server (multimodal_gen): not a language-model server's start-up; only its"
+            " HTTP server's milestones and warm-up apply",
+            markup=False,
+            highlight=False,
+        )
+    if report.serving is not None:
+        for line in serving_lines(report.serving):
+            out.print(line, markup=False, highlight=False)
     for wrapper in report.wrappers:
         out.print(
             f"wrapper: {wrapper.title}; {wrapper.example!r} stripped from {wrapper.count} lines",

@@ -98,14 +98,19 @@ def create(ref, last, from_log, pid, unit, log_file, target, image, output, as_j
             )
         path = record.bundle_from_log(from_log, target=target, image=image, out=output)
     elif last:
-        path = record.bundle_from_run(record.last_run(), output)
+        run = record.last_run()
+        taken = record.run_taken(run)
+        path = record.bundle_from_run(run, output)
     else:
         run = record.find_run(ref)
         if run is not None:
             path = record.bundle_from_run(run, output)
         else:
             path = record.bundle_from_container(ref, target=target, image=image, out=output)
-    show(_created(path), as_json=as_json, human=_print_created)
+    info = _created(path)
+    if last:
+        info["run"] = taken
+    show(info, as_json=as_json, human=_print_created)
 
 
 def _created(path: Path) -> dict:
@@ -123,6 +128,8 @@ def _created(path: Path) -> dict:
 
 
 def _print_created(info: dict, out: Console) -> None:
+    if info.get("run"):
+        out.print(f"took {info['run']}", markup=False, highlight=False)
     out.print(f"{info['headline']}", markup=False, highlight=False)
     out.print(f"bundle: {info['bundle']} ({info['bytes'] / 1024:.0f} KB)", markup=False, highlight=False)
 

@@ -195,7 +195,9 @@ def _check_human(result: Any, out: Console) -> None:
             out.print("(at model load: ServerArgs took it, the attention registry did not)", markup=False)
     else:
         shown = ", ".join(
-            f"{k}={v}" for k, v in result.resolved.items() if v is not None and k != "model_path"
+            f"{k}={v}"
+            for k, v in result.resolved.items()
+            if v is not None and k not in ("model_path", "cuda_graph_config")  # the lists: --json has them
         )
         out.print(f"resolved: {shown}", markup=False, highlight=False)
         if result.load_not_run:

@@ -16,6 +16,8 @@ def serve_options(func):
 
     @functools.wraps(func)
     def wrapper(*args, serve, probe_every, probe_timeout, probe_budget, **kwargs):
+        if not serve:
+            _refuse_probes_without_serve(click.get_current_context())
         return func(*args, serve=serving_limits(serve, probe_every, probe_timeout, probe_budget), **kwargs)
 
     seconds = FiniteFloat(example="10")  # nan and inf refused (a probe every nan s never runs)
@@ -33,6 +35,18 @@ def serve_options(func):
         help="After READY keep watching the server while it serves (docs/serving.md): HUNG and CRASHED "
         "write a bundle and end the watch with that verdict; Ctrl-C or SIGTERM ends the watch.",
     )(wrapper)
+
+
+def _refuse_probes_without_serve(ctx: click.Context) -> None:
+    """A probe setting given without --serve would be ignored without a word: a usage error."""
+    from click.core import ParameterSource
+
+    for name in ("probe_every", "probe_timeout", "probe_budget"):
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT):
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                flag, f"{flag} sets the probe of --serve, which is not given", f"add --serve, or drop {flag}"
+            )
 
 
 def serving_limits(serve: bool, every: float, timeout: float, budget: float):

@@ -19,7 +19,7 @@ from kit.output import console, emit_json, jsonable, show
 
 
 def _print_result(result, out, *, container: bool = True) -> None:
-    from kit.startup.result import verdict_lines
+    from kit.startup.result import sglang_phases, verdict_lines
 
     style = "bold green" if result.verdict == "ready" else "bold red"
     lines = verdict_lines(result)
@@ -36,7 +36,17 @@ def _print_result(result, out, *, container: bool = True) -> None:
             markup=False,
             highlight=False,
         )
-    if not container:
+    if said := sglang_phases(result.sglang_startup_time):
+        out.print(f"  {said}", markup=False, highlight=False)
+    if result.container_gone and not result.container_removed:
+        # Removed when it stopped (docker run --rm, or by someone else): there is nothing to keep.
+        out.print(
+            f"  container gone: {result.container} was removed when it stopped (its --rm, or by someone "
+            "else), not by the kit",
+            markup=False,
+            highlight=False,
+        )
+    elif not container:
         out.print(f"  watched {result.container}: never stopped by the kit", markup=False, highlight=False)
     elif result.container_removed:
         out.print(f"  removed container {result.container}", markup=False, highlight=False)

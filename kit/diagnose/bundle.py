@@ -11,6 +11,8 @@ Layout (every member under one folder, so `tar xzf` makes one directory):
     NAME/log/tails/R.txt    the last lines of each rank (continuation lines go with their record)
     NAME/stacks/R.txt       py-spy dumps of each scheduler
     NAME/lock.txt           the image's lock, when it was read
+    NAME/upstream/FILE      the upstream tools' raw answers: NCCL RAS snapshots (ras-1.json, ras-2.json
+                            or .txt), the flight recorder's fr_trace report (fr_trace.txt)
 
 Everything passes through a `Redactor` before it is written (kit/diagnose/redact.py). Building the
 members is pure; `write_bundle` writes a temporary file and renames it, so a failure leaves nothing.
@@ -240,6 +242,15 @@ def summary_md(meta: Mapping[str, Any], fingerprint: Mapping[str, Any], result: 
             for rank, s in stacks.items()
             if rank not in named
         ]
+    upstream = result.get("upstream") or []
+    counters = result.get("counters") or {}
+    if upstream or counters:
+        lines += ["", "## What the watch and the upstream tools could see", ""]
+        if counters:
+            lines.append(f"- counters read: {', '.join(counters.get('read') or []) or 'none'}")
+            if counters.get("unread"):
+                lines.append(f"- counters not readable here: {', '.join(counters['unread'])}")
+        lines += [f"- {str(line).strip()[:300]}" for line in upstream]
     causes = result.get("likely_causes") or []
     if causes:
         lines += ["", "## Likely causes", ""]
@@ -279,6 +290,8 @@ class BundleInput:
     stacks: Mapping[str, str] = field(default_factory=dict)
     lock_text: str | None = None
     created: str | None = None
+    upstream: Mapping[str, str] = field(default_factory=dict)
+    """The upstream tools' raw answers (NCCL RAS snapshots, fr_trace's report), by file name."""
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -327,6 +340,8 @@ def build_members(bundle: BundleInput, redactor: Redactor) -> dict[str, bytes]:
         members[f"stacks/{rank_file(rank)}"] = redactor.text(text).encode("utf-8", "replace")
     if bundle.lock_text is not None:
         members["lock.txt"] = redactor.text(bundle.lock_text).encode("utf-8")
+    for file, text in sorted(bundle.upstream.items()):
+        members[f"upstream/{safe_stem(file)}"] = redactor.text(text).encode("utf-8", "replace")
     meta["members"] = {
         rel: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         for rel, data in sorted(members.items())

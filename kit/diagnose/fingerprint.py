@@ -216,7 +216,7 @@ def limits_from_data(data: Mapping[str, Any]) -> Any:
         values = {f.name: data[f.name] for f in fields(PhaseLimits) if f.name in data}
         values["deadline_s"] = StageSeconds(**values["deadline_s"])
         values["stall_window_s"] = StageSeconds(**values["stall_window_s"])
-        for name in ("cpu_counts_in", "compile_counts_in"):  # JSON lists back to the sets they were
+        for name in ("cpu_counts_in", "compile_counts_in", "deadlines_given"):  # JSON lists back to sets
             if name in values:
                 values[name] = frozenset(values[name] or ())
         return PhaseLimits(**values)

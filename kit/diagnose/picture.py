@@ -60,6 +60,7 @@ def svg_of_result(result: Mapping[str, Any], *, title: str, verdict: str) -> str
         probes=serving.get("probe_points") or (),
         never_seen=result.get("never_seen_ranks") or (),
         earlier=result.get("earlier_attempts") or (),
+        serving_stretch=result.get("serving_stretch"),
     )
 
 
@@ -73,6 +74,7 @@ def startup_svg(
     probes: Sequence[Sequence[Any]] = (),
     never_seen: Sequence[str] = (),
     earlier: Sequence[str] = (),
+    serving_stretch: Mapping[str, Any] | None = None,
 ) -> str:
     """timeline: rows with rank, phase, start_s, elapsed_s, open (UpResult.timeline as JSON);
     activity: series rows (t, cpu per rank, read_mb_s, gpu_mem_gib, compile_mb); probes: [t,
@@ -96,7 +98,8 @@ def startup_svg(
     total = max([*ends, verdict_at_s or 0.0, 1.0])
     plot = _WIDTH - _LEFT - _RIGHT
     top = _TOP + (16 if earlier else 0)
-    rows = len(ranks) + len(metrics)
+    stretch = serving_stretch if serving_stretch and serving_stretch.get("over_time") else None
+    rows = len(ranks) + len(metrics) + (1 if stretch else 0)
     height = top + _ROW * max(1, rows) + 60
 
     def x(seconds: float) -> float:
@@ -149,6 +152,8 @@ def startup_svg(
     for index, (name, points) in enumerate(metrics):
         y = top + (len(ranks) + index) * _ROW
         out.extend(_metric_row(name, points, y, x))
+    if stretch is not None:
+        out.extend(_serving_row(stretch, top + (len(ranks) + len(metrics)) * _ROW, plot))
     if verdict_at_s is not None:
         vx = x(verdict_at_s)
         out.append(
@@ -179,6 +184,34 @@ def activity_rows(
     if probes:
         rows.append(("probe s", [(float(p[0]), float(p[1]) if p[2] else -float(p[1])) for p in probes]))
     return [(name, points) for name, points in rows if any(v for _, v in points)]
+
+
+def _serving_row(stretch: Mapping[str, Any], y: float, plot: float) -> list[str]:
+    """The serving stretch of a log (kit/logs/digest.py): one bar per slice of its batch lines, as tall
+    as that slice's median generation throughput, the slice's medians (acceptance, KV and mamba
+    usage, requests) in its tooltip; the log's acceptance range and its floor as the row's label."""
+    slices = list(stretch.get("over_time") or [])
+    top_rate = max((float(s.get("gen_throughput") or 0) for s in slices), default=0.0) or 1.0
+    accept = (stretch.get("over_log") or {}).get("accept_len")
+    label = "serving"
+    if accept:
+        label += f"  accept len {accept['min']:g}-{accept['max']:g} (median {accept['median']:g})"
+        if stretch.get("accept_floor") is not None:
+            side = "BELOW" if stretch.get("accept_below_floor") else "above"
+            label += f", {side} floor {stretch['accept_floor']:g}"
+    out = [f'<text x="{_LEFT - 8}" y="{y + _BAR - 3}" text-anchor="end">serving</text>']
+    width = plot / max(1, len(slices))
+    for index, piece in enumerate(slices):
+        tall = max(1.0, _BAR * float(piece.get("gen_throughput") or 0) / top_rate)
+        said = ", ".join(f"{k} {v}" for k, v in piece.items() if v is not None)
+        left, bottom = round(_LEFT + index * width + 1, 1), round(y + _BAR - tall, 1)
+        out.append(
+            f'<rect class="serving" x="{left}" y="{bottom}" width="{round(max(1.0, width - 2), 1)}" '
+            f'height="{round(tall, 1)}" fill="#2e7d32"><title>{escape(said)}</title></rect>'
+        )
+    at = f'x="{_LEFT + 4}" y="{y - 2}"'
+    out.append(f'<text class="serving-label" {at} fill="#2e7d32" font-size="11">{escape(label)}</text>')
+    return out
 
 
 def _metric_row(name: str, points: list[tuple[float, float]], y: float, x) -> list[str]:

@@ -86,6 +86,7 @@ def record_run(
     result: dict,
     *,
     host: HostServer | None = None,
+    upstream: Mapping[str, str] | None = None,
 ) -> Recorded:
     """The runs folder and a bundle for a verdict other than READY: the one record of a start-up,
     for kit up, kit watch CONTAINER, a replayed scenario and kit watch --pid/--unit (HOST) alike.
@@ -99,7 +100,9 @@ def record_run(
     built = fp.build(facts_of_run(source, spec, host=host), limits)
     redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
     texts = {rank: stack.text for rank, stack in stacks.items()}
-    write_run_folder(folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor)
+    write_run_folder(
+        folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor, upstream
+    )
     try:
         return Recorded(folder, bundle_from_run(folder, target_path, redactor=redactor))
     except (KitError, OSError) as exc:
@@ -115,8 +118,14 @@ def write_run_folder(
     fingerprint: Mapping[str, Any],
     lock_text: str | None,
     redactor: Redactor,
+    upstream: Mapping[str, str] | None = None,
 ) -> Path:
+    """UPSTREAM: the upstream tools' raw answers by file name (RAS snapshots, fr_trace's report)."""
     (folder / "stacks").mkdir(parents=True, exist_ok=True)
+    if upstream:
+        (folder / "upstream").mkdir(exist_ok=True)
+        for name, text in upstream.items():
+            (folder / "upstream" / safe_stem(name)).write_text(redactor.text(text), encoding="utf-8")
     (folder / "server.log").write_text(redactor.text(log_text), encoding="utf-8")
     for rank, text in stacks.items():
         (folder / "stacks" / rank_file(rank)).write_text(redactor.text(text), encoding="utf-8")
@@ -138,7 +147,32 @@ def write_run_folder(
 # -- kit bundle create RUN / --last --------------------------------------------------------------
 
 
+_LAST_START = "last-start.json"
+
+
+def note_start(session: str, target: str, container: str) -> None:
+    """Remember the newest start kit up / kit watch followed: a READY start records no run, so
+    `--last` must not quietly take an older one for it. Best effort: a cache that cannot be
+    written never stops a start."""
+    import time
+
+    entry = {"session": session, "target": target, "container": container, "started": time.time()}
+    try:
+        runs_dir().mkdir(parents=True, exist_ok=True)
+        (runs_dir() / _LAST_START).write_text(json.dumps(entry) + "\n", encoding="utf-8")
+    except OSError:
+        pass
+
+
+def _when(epoch: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+
+
 def last_run() -> Path:
+    """The newest recorded run; refused (InputError) when a newer start recorded none (it was READY,
+    or is still going): `--last` would otherwise bundle an older run as if it were that start."""
     folder = runs_dir()
     runs = sorted(
         (p for p in folder.glob("*/result.json") if p.is_file()),
@@ -149,7 +183,30 @@ def last_run() -> Path:
         raise InputError(
             "--last", f"no runs recorded in {folder}", "a kit up or kit watch that is not READY makes one"
         )
-    return runs[0].parent
+    newest = runs[0].parent
+    try:
+        start = json.loads((folder / _LAST_START).read_text(encoding="utf-8"))
+        session, started = str(start["session"]), float(start["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return newest
+    recorded = runs[0].stat().st_mtime
+    if session != newest.name and started > recorded:
+        raise InputError(
+            "--last",
+            f"the newest start, {session} ({start.get('target')}, {_when(started)}), recorded no run "
+            f"(READY, or still going); the newest recorded run, {newest.name}, is older ({_when(recorded)})",
+            f"name the run you mean: kit bundle create {newest.name}; or a running server: kit bundle create "
+            f"{start.get('container')}",
+        )
+    return newest
+
+
+def run_taken(folder: Path) -> str:
+    """Which run a bundle is made of, and when: 'run S (TARGET, VERDICT), recorded TIME'."""
+    result = _read_json(folder / "result.json", "RUN")
+    recorded = _when((folder / "result.json").stat().st_mtime)
+    verdict = str(result.get("verdict") or "?").upper()
+    return f"run {folder.name} ({result.get('target')}, {verdict}), recorded {recorded}"
 
 
 def find_run(ref: str) -> Path | None:
@@ -189,6 +246,10 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
     }
     lock_path = folder / "lock.txt"
     lock = lock_path.read_text(encoding="utf-8", errors="replace") if lock_path.is_file() else None
+    upstream = {
+        p.name: p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted((folder / "upstream").glob("*"))
+    }
     name = bundle_name(str(result.get("target")), folder.name, str(result.get("verdict")))
     made_by = (fingerprint.get("made") or {}).get("by") if isinstance(fingerprint.get("made"), dict) else None
     bundle = BundleInput(
@@ -199,6 +260,7 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
         log_text=log,
         stacks=stacks,
         lock_text=lock,
+        upstream=upstream,
     )
     redactor = redactor or Redactor.for_launch(machine_env=os.environ)
     return write_bundle(out or default_path(name), name, build_members(bundle, redactor))
@@ -310,6 +372,8 @@ def result_from_analysis(
         "likely_causes": _causes(report, device, stacks),
         "quiet_for_s": None if quiet_for_s is None else round(quiet_for_s, 1),
         "analysed": OFFLINE,
+        # What the serving stretch of the log shows (kit/logs/digest.py): the picture's serving row.
+        "serving_stretch": jsonable(report.serving),
     }
 
 

@@ -68,6 +68,9 @@ def plan_view(plan: Any, differences: Sequence[str], environ: Mapping[str, str])
         "limits": {
             "deadline_s": _stages(plan.limits.deadline_s),
             "stall_window_s": _stages(plan.limits.stall_window_s),
+            # A DEADLINE bundle replays under the strict policy (kit/startup/replay.py): then a stage
+            # past its deadline ends the replay; otherwise it is said and followed on.
+            "deadlines_decide": str(result.get("verdict")) == "deadline",
         },
         "differences": list(differences),
         "changes": list(plan.changes),
@@ -135,8 +138,14 @@ def plan_lines(view: Mapping[str, Any], *, trusted: bool = False) -> list[str]:
         f"  mounts     {mounts}",
         f"  ports      {ports}",
     ]
-    stalls = view["limits"]["stall_window_s"]
+    limits = view["limits"]
+    stalls = limits["stall_window_s"]
     out.append("  stall windows " + ", ".join(f"{k} {v:g} s" for k, v in stalls.items()))
+    deadlines = ", ".join(f"{k} {v:g} s" for k, v in limits["deadline_s"].items())
+    if limits.get("deadlines_decide"):
+        out.append(f"  deadlines  {deadlines}: they decide the verdict (the bundle ended at one: DEADLINE)")
+    else:
+        out.append(f"  deadlines  {deadlines}: said when passed, not a verdict (HUNG and CRASHED decide)")
     out += [f"  note: {note}" for note in view["notes"]]
     out.append(f"differences that matter, bundle -> here: {len(view['differences']) or 'none'}")
     out += [f"  {line}" for line in view["differences"]]

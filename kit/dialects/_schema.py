@@ -50,6 +50,7 @@ INTENTS = (
     "tool_call_parser",
     "overlap_schedule",
     "watchdog_timeout",
+    "soft_watchdog_timeout",
     "cpu_threads_bind",
     "host",
     "port",

@@ -14,6 +14,7 @@
     watch.py        `kit watch --pid` on the hang rehearsal (watch-hang, watch-crash)
     preflight.py    the rank script on this host (preflight), the gpu tests under pytest (pytest)
     shape_steps.py  watch-spin, watch-compile, watch-quiet, ties
+    evidence_steps.py  xid-events, load-progress, acceptance (issue 38: what the kit reads, on a GPU)
     runner.py       the step registry and the command line (`python -m kit.hostcheck`)
     rehearsal/      the processes the watch steps watch: run by path, they import nothing of the kit
 

@@ -112,6 +112,30 @@ def compile_seen(lines: list[str]) -> dict:
     }
 
 
+# What the stack table (kit/logs/stacks.py) must call each real shape on a GPU host (issue 36 item 6):
+# a rank spinning in a CUDA synchronize is "spinning", a rank in a cold Triton compile is "working"
+# (and its compiler child, ptxas-blackwell for sm_120, is a compiler by family).
+CLASSIFY_EXPECT = {"spin": "spinning", "compile": "working"}
+
+
+def judge_classified(mode: str, kinds: list[str], wheres: list[str], compilers: list[str]) -> tuple[str, str]:
+    """(status, line) for a shape sampled by stack: every sample classified as expected; the compile
+    also with a compiler child seen, or its frames in Triton's compiler."""
+    want = CLASSIFY_EXPECT[mode]
+    head = (
+        f"classify {mode}: {len(kinds)} samples {', '.join(kinds) or 'none'}; where "
+        f"{' | '.join(wheres) or '-'}; compilers {', '.join(compilers) or 'none'}"
+    )
+    wrong = []
+    if len(kinds) < 2:
+        wrong.append("expected two stack samples")
+    if any(kind != want for kind in kinds):
+        wrong.append(f"expected every sample {want}")
+    if mode == "compile" and not compilers and not any("triton" in where for where in wheres):
+        wrong.append("expected a compiler child or Triton's compiler in the stack")
+    return ("finding", "; ".join(wrong) + "; got " + head) if wrong else ("ok", head)
+
+
 def judge_stall(result: dict | None, code: int | None, mode: str) -> tuple[str, str]:
     """(status, headline) for the spin and quiet shapes: HUNG in the expected phase, exit 4; the
     spin also "spinning" with TP0's stack in the spin."""

@@ -12,7 +12,8 @@ the next step runs. docs/gpu-host-check.md says what each step proves.
 
 Steps: wheels (no kit import: puts the missing wheels on PYTHONPATH), import, env, nvml, doctor,
 watch-hang, watch-crash, preflight, pytest (tests/runtime/test_gpu_host.py: its log and JUnit XML
-beside the summary), watch-spin, watch-compile, watch-quiet, ties, summary (with the commit that
+beside the summary), watch-spin, watch-compile, watch-quiet, ties, xid-events, load-progress,
+acceptance (evidence.json), summary (with the commit that
 ran, commit.txt). Everything but `wheels` imports the kit from PYTHONPATH.
 """
 
@@ -24,7 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
-from kit.hostcheck import host_steps, nvml_step, preflight, shape_steps, watch, wheels
+from kit.hostcheck import evidence_steps, host_steps, nvml_step, preflight, shape_steps, watch, wheels
 from kit.hostcheck.plan import load_steps, plan_lines, select
 from kit.hostcheck.record import ROOT, Status
 from kit.hostcheck.report import commit_of, read_steps, summarise
@@ -43,6 +44,10 @@ STEPS = {
     "watch-compile": shape_steps.step_compile,
     "watch-quiet": shape_steps.step_quiet,
     "ties": shape_steps.step_ties,
+    "xid-events": evidence_steps.step_xid_events,
+    "load-progress": evidence_steps.step_load_progress,
+    "acceptance": evidence_steps.step_acceptance,
+    "classify-shapes": shape_steps.step_classify,
 }
 
 

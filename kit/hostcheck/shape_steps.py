@@ -15,6 +15,7 @@ for the quiet control; tests/runtime/test_gpu_shapes.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,18 +30,12 @@ from kit.hostcheck.watch import watch_to_verdict
 SHAPES = Path(__file__).resolve().parent / "rehearsal" / "shapes.py"
 
 
-def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
-    """Start the rehearsal, `kit watch --pid` it to its verdict, read what is alive, kill the tree."""
-    import psutil
-
-    work = Path(args.work)
-    log = work / f"shape-{mode}.log"
-    report = work / f"shape-{mode}.report.jsonl"
+def start_shape(work: Path, mode: str, log: Path, report: Path, console_path: Path, extra: list[str]):
+    """rehearsal/shapes.py in MODE in its own session (its group remembered for the check's cleanup),
+    its output into CONSOLE_PATH: (the process, the open console file)."""
     for path in (log, report):
         path.unlink(missing_ok=True)
-    console_path = work / f"shape-{mode}.out"
     console = console_path.open("w")
-    started_wall = time.time()
     rehearsal = subprocess.Popen(
         [sys.executable, str(SHAPES), "--log", str(log), "--mode", mode, "--report", str(report), *extra],
         stdout=console,
@@ -48,6 +43,19 @@ def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str])
         start_new_session=True,
     )
     remember_pgid(work, rehearsal.pid)
+    return rehearsal, console
+
+
+def run_watch(args, mode: str, stall: list[str], limit: float, extra: list[str]) -> dict:
+    """Start the rehearsal, `kit watch --pid` it to its verdict, read what is alive, kill the tree."""
+    import psutil
+
+    work = Path(args.work)
+    log = work / f"shape-{mode}.log"
+    report = work / f"shape-{mode}.report.jsonl"
+    console_path = work / f"shape-{mode}.out"
+    started_wall = time.time()
+    rehearsal, console = start_shape(work, mode, log, report, console_path, extra)
     argv = [sys.executable, "-m", "kit", "watch", "--pid", str(rehearsal.pid), "--log", str(log)]
     argv += [*stall, "--json"]
     meta: dict = {"type": "gpu-host-check", "mode": mode, "argv": argv, "rehearsal_pid": rehearsal.pid}
@@ -142,6 +150,70 @@ def step_compile(args, status) -> None:
     ):
         status.add(state, text)
     status.add("ok", f"compile: TRITON_CACHE_DIR {cache} on a {fs.strip() if code == 0 else '?'} filesystem")
+
+
+def sample_shape(pid: int, samples: int = 2, gap_s: float = 3.0) -> tuple[list[str], list[str]]:
+    """py-spy dumps of the rehearsal's rank (titled sglang::scheduler_TP0) under PID, without
+    suspending it, GAP_S apart; and the compilers alive under it at each sample (by family)."""
+    import psutil
+
+    from kit.runtime.compile_cache import is_compiler
+    from kit.runtime.processes import py_spy
+
+    dumps, compilers = [], []
+    tool = py_spy() or "py-spy"
+    for index in range(samples):
+        if index:
+            time.sleep(gap_s)
+        named = []
+        try:
+            for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    named.append((proc, " ".join(proc.cmdline()), proc.name()))
+        except psutil.Error:
+            break
+        ranks = [proc for proc, title, _ in named if title.startswith("sglang::scheduler_TP0")]
+        if not ranks:
+            dumps.append("(no stack: the rank is gone)")
+            continue
+        rank = ranks[0]
+        compilers += [name for _, _, name in named if is_compiler(name)]
+        done = subprocess.run(
+            [tool, "dump", "--nonblocking", "--pid", str(rank.pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        dumps.append(done.stdout if done.returncode == 0 else f"(no stack: {done.stderr.strip()[-200:]})")
+    return dumps, sorted(set(compilers))
+
+
+def step_classify(args, status) -> None:
+    """A real CUDA spin and a real cold Triton compile (rehearsal/shapes.py), each sampled twice by
+    stack while it runs and classified by the kit's stack table: spinning, working."""
+    from kit.hostcheck.judge import judge_classified
+    from kit.logs.stacks import classify_stack
+
+    work = Path(args.work)
+    os.environ["TRITON_CACHE_DIR"] = str(work / "classify-triton-cache")  # cold: a real compile
+    for mode, settle in (("spin", 12.0), ("compile", 8.0)):
+        log, report = work / f"classify-{mode}.log", work / f"classify-{mode}.report.jsonl"
+        extra = ["--compile-seconds", str(args.compile_seconds)] if mode == "compile" else []
+        rehearsal, console = start_shape(work, mode, log, report, work / f"classify-{mode}.out", extra)
+        try:
+            time.sleep(settle)
+            said = report.read_text() if report.exists() else ""
+            if not said or '"cuda": false' in said or "no-triton" in said:
+                why = said.strip()[-120:] or f"the rehearsal wrote no phase (torch missing? {log.name})"
+                status.finding(f"classify {mode}: not run here: it needs CUDA and triton ({why})")
+                continue
+            dumps, compilers = sample_shape(rehearsal.pid)
+            stacks = [classify_stack("TP0", dump, rehearsal.pid) for dump in dumps]
+            status.add(
+                *judge_classified(mode, [s.kind.value for s in stacks], [s.where for s in stacks], compilers)
+            )
+        finally:
+            stop_rehearsal(rehearsal, console)
 
 
 def step_ties(args, status) -> None:

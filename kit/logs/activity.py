@@ -46,6 +46,14 @@ class ActivitySample:
     # None where the source cannot see them. After READY a rank missing here has exited and a
     # stopped one (SIGSTOP, a debugger) serves nothing (kit/logs/serving.py).
     rank_processes: tuple[tuple[str, int, str], ...] | None = None
+    # The checkpoint's pages the ranks hold mapped now (kit/runtime/mapped.py): resident bytes of the
+    # mapped shard files, their mapped size, and the storage they are on ("nfs4: the network (NFS)").
+    checkpoint_resident: int | None = None
+    checkpoint_mapped: int | None = None
+    storage: str | None = None
+    # Where compile_bytes came from: "proc" (the processes' /proc/PID/io) or "cgroup" (the
+    # container's block-I/O write bytes, where /proc/PID/io cannot be read); kit/logs/counters.py.
+    writes_via: str | None = None
 
 
 def _delta(before: float | None, after: float | None) -> float:

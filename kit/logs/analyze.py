@@ -22,6 +22,7 @@ from kit.errors import ExitCode
 from kit.files import SKIPPED_MARK
 from kit.logs.attempts import Attempts, LaunchCounter, across_skipped
 from kit.logs.causes import match_causes
+from kit.logs.digest import digest_text
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
 from kit.logs.patterns import PatternSet
@@ -98,13 +99,41 @@ class SkippedBlock(_Frozen):
     lines: int
 
 
+class ServingStat(_Frozen):
+    min: float
+    median: float
+    max: float
+    count: int
+
+
+class ServingBlock(_Frozen):
+    """What the serving stretch of the log shows (kit/logs/digest.py): its batch lines' figures over
+    the log and per slice of it over time, retractions and out-of-memory lines."""
+
+    decode_batches: int | None  # None: a large log read as stretches (`sampled`), its lines not counted
+    prefill_batches: int | None
+    requests: int | None  # request-stats lines (ReqTimeStats)
+    retractions: int
+    retraction_lines: list[str]
+    oom_lines: int
+    oom_evidence: list[str]
+    sampled: bool
+    lines_read: int
+    over_log: dict[
+        str, ServingStat
+    ]  # accept_len, accept_rate, gen_throughput, running, queued, kv_usage, mamba_usage
+    over_time: list[dict[str, float | int | str | None]]  # per slice: from (stamp), lines, medians
+    accept_floor: float | None  # the target's smoke floor for the acceptance length, when given
+    accept_below_floor: bool | None
+
+
 class AnalysisReport(_Frozen):
     source: str | None
     outcome: Outcome
     exit_code: int
     last_milestone: Milestone | None
     phase: Phase | None
-    phase_from: Literal["milestones", "exception"] | None  # how the phase is known
+    phase_from: Literal["milestones", "exception", "serving"] | None  # how the phase is known
     dialect: str | None  # newest SGLang wording seen ("0.4", "0.5", "0.5.16", "0.5.21"), if any
     lines: int
     started_at: datetime | None
@@ -121,6 +150,10 @@ class AnalysisReport(_Frozen):
     tail: list[str]
     likely_causes: list[CauseRow]
     wrappers: list[WrapperRow] = []  # what was stripped from a pasted log (Compose, journalctl, ...)
+    # READY read off the server at work: the excerpt holds no start-up line (a stretch of a serving log).
+    mid_life: bool = False
+    server: Literal["language", "diffusion"] = "language"  # diffusion: SGLang's multimodal_gen server
+    serving: ServingBlock | None = None
     # A log read as head and tail: the attempts, lines and counts cover what was read, not the middle.
     skipped: SkippedBlock | None = None
 
@@ -160,8 +193,14 @@ def replay(events: list[Event], base: datetime | None, limits: PhaseLimits | Non
 
 
 def analyze_text(
-    text: str, *, source: str | None = None, limits: PhaseLimits | None = None
+    text: str,
+    *,
+    source: str | None = None,
+    limits: PhaseLimits | None = None,
+    accept_floor: float | None = None,
 ) -> AnalysisReport:
+    """`accept_floor`: the speculative acceptance length a target's profile holds the server to (its
+    smoke floor), to say whether the serving stretch is above it."""
     unwrapped = unwrap(text)  # a log pasted from Compose, kubectl, journalctl, a colour terminal
     text = unwrapped.text
     with _collector_paused():
@@ -182,9 +221,18 @@ def analyze_text(
 
     phase = verdict.phase if isinstance(verdict, Crashed | Hung) else tracker.phase
     phase_from = verdict.phase_from if isinstance(verdict, Crashed) else ("milestones" if phase else None)
+    if tracker.serving_only and phase_from == "milestones":  # no milestone in it: its serving lines
+        phase_from = "serving"
+    stalled = _stalled(text, own) if outcome == "ready" else None
+    if stalled is not None:
+        # The server said it is stuck (no answer to its own health check, a soft watchdog) and no
+        # batch line came after: a serving log that stopped mid-stream.
+        outcome, phase = "hung", Phase.SERVING
     missing = tracker.missing()
     exception = verdict.exception if isinstance(verdict, Crashed) else None
     evidence = _evidence(own, tracker, outcome)
+    if stalled is not None:
+        evidence = [*evidence, stalled]
     tail = _tail(text)
     causes = () if outcome == "ready" else _causes(outcome, phase, tracker, verdict, own, evidence, tail)
     versioned = {e.dialect for e in events if e.dialect and e.dialect[:1].isdigit()}
@@ -199,7 +247,11 @@ def analyze_text(
         lines=text.count("\n") + (0 if not text or text.endswith("\n") else 1),
         started_at=base,
         ended_at=when(t),
-        startup_s=None if tracker.ready_at is None else round(tracker.ready_at - tracker.started_at, 3),
+        startup_s=(
+            None
+            if tracker.ready_at is None or tracker.serving_only  # no start-up in the log to time
+            else round(tracker.ready_at - tracker.started_at, 3)
+        ),
         attempt=AttemptBlock(
             number=attempts.number,
             count=attempts.count,
@@ -233,17 +285,42 @@ def analyze_text(
         wrappers=[
             WrapperRow(kind=w.kind, title=w.title, count=w.count, example=w.example) for w in unwrapped.seen
         ],
+        mid_life=tracker.serving_only,
+        server="diffusion" if any(e.note is Note.DIFFUSION for e in own) else "language",
+        serving=_serving(text, own, accept_floor),
     )
 
 
-def analyze_path(path: str | Path, *, limits: PhaseLimits | None = None) -> AnalysisReport:
+def _serving(text: str, events: list[Event], accept_floor: float | None) -> ServingBlock | None:
+    summary = digest_text(text, events, accept_floor)
+    return None if summary is None else ServingBlock.model_validate(summary)
+
+
+def _stalled(text: str, events: list[Event]) -> Event | None:
+    """The last serving-stall line (kind "stall": a failed health check, a soft watchdog) when no
+    batch line came after it; None otherwise. Where the last batch line is: two searches from the
+    end of the text and one count of its lines, not a read of every line."""
+    stall = next(
+        (e for e in reversed(events) if e.note is Note.SERVING and e.fields.get("kind") == "stall"), None
+    )
+    if stall is None:
+        return None
+    last_batch = max(text.rfind("Decode batch"), text.rfind("Prefill batch"))
+    batch_line = 0 if last_batch < 0 else text.count("\n", 0, last_batch) + 1
+    return stall if batch_line < stall.line_no else None
+
+
+def analyze_path(
+    path: str | Path, *, limits: PhaseLimits | None = None, accept_floor: float | None = None
+) -> AnalysisReport:
     """Read a log file with a bounded memory (kit.files.read_log: its head and tail past 32 MiB;
     empty or binary is an InputError) and analyse it."""
     from kit.files import read_log
 
     middle = LaunchCounter()
     log = read_log(path, on_skipped=middle)
-    return with_skipped(analyze_text(log.text, source=str(path), limits=limits), log, middle.launches)
+    report = analyze_text(log.text, source=str(path), limits=limits, accept_floor=accept_floor)
+    return with_skipped(report, log, middle.launches)
 
 
 def with_skipped(report: AnalysisReport, log, skipped_launches: int = 0) -> AnalysisReport:

@@ -138,7 +138,7 @@ class Attempts:
     def _progresses(self, event: Event) -> bool:
         if event.milestone is Milestone.ERROR:
             return bool(self.launch_kinds)
-        return event.milestone is not None
+        return event.milestone is not None or event.note is Note.SERVING
 
     def observe_timed(self, timed: Iterable[tuple[Event, float]]) -> Attempts:
         """Many (event, time) pairs at once (an offline log): each attempt's tracker is opened once

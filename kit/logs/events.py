@@ -55,6 +55,11 @@ class Note(StrEnum):
     MAMBA_READY = "memory.mamba"
     SHUTDOWN = "shutdown"
     LAUNCH = "launch"  # the launcher's once-per-start line (server_args=...): a new attempt
+    # A server at work (a batch, request stats, an answered request): a stretch of a serving log
+    # with no start-up line in it is a server that is serving.
+    SERVING = "serving"
+    DIFFUSION = "server.diffusion"  # SGLang's diffusion server (multimodal_gen): no LM start-up
+    SOFT_WATCHDOG = "watchdog.soft"  # SGLang's soft watchdog fired (kit/logs/soft_watchdog.py)
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.

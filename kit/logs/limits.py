@@ -77,4 +77,5 @@ def limits_from_spec(
         stall_window_s=_seconds(timing.stall_windows, stall_windows or {}, stall_fallback),
         expected_ranks=spec.ranks,
         cpu_counts_in=frozenset(timing.cpu_progress_in),
+        deadlines_given=frozenset(deadlines or {}),
     )

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.logs.digest import ServingDigest
 from kit.logs.events import Event, Milestone, Note
 from kit.logs.launch import launch_fields_at
 from kit.logs.patterns import TRACEBACK_FRAME, TRACEBACK_START, Pattern, PatternSet, default_patterns
@@ -81,6 +82,9 @@ class LogParser:
         # Line tails (from the first scan hit on) already classified: ranks and restarts print
         # the same milestone text over and over. Only results that depend on the tail alone.
         self._memo: dict[str, tuple[Pattern, int, dict[str, Any]]] = {}
+        # What the serving lines fed one at a time show (live); offline, analyze_text reads the whole
+        # text with the same code (kit/logs/digest.py digest_text), off the bulk path.
+        self.digest = ServingDigest()
 
     @property
     def line_no(self) -> int:
@@ -91,11 +95,15 @@ class LogParser:
         """Read one complete line (a trailing newline is dropped; embedded newlines split it)."""
         if line.endswith("\n"):
             line = line[:-1]
-        if "\n" in line:
-            return self.feed_text(line)
-        if self.unwrapper is not None:
-            line = self.unwrapper.line(line)
-        return self._feed_one(line)
+        if "\n" in line:  # the digest reads wrapped lines alike (it finds its words anywhere in a line)
+            events, text = self.feed_text(line), line
+        else:
+            if self.unwrapper is not None:
+                line = self.unwrapper.line(line)
+            events, text = self._feed_one(line), line
+        self.digest.add_text(text)
+        self.digest.add_events(events)
+        return events
 
     def feed_text(self, text: str) -> list[Event]:
         """Read a buffer: the same events as feeding each piece of `text.split("\\n")`."""

@@ -172,6 +172,8 @@ class Reducer(Generic[Tracker]):
         if note is not None:
             if note is Note.SHUTDOWN:
                 fields["shut_down"] = True
+            elif note is Note.SERVING:
+                self.serving(event, t, seq)
             elif note is Note.LAUNCH and self.get("launch") is None:
                 fields["launch"] = LaunchArgs.from_fields(event.fields)
             else:
@@ -195,6 +197,16 @@ class Reducer(Generic[Tracker]):
             return
         if milestone is not None:
             self.milestone(event, milestone, t, seq)
+
+    def serving(self, event: Event, t: float, seq: int) -> None:
+        """A server at work. In an attempt that printed no start-up milestone (a stretch of a serving
+        log: `docker logs --tail`, a rotated file) it is a server past READY, serving; after start-up
+        lines it is only evidence (the server's own warm-up request prints batches before READY)."""
+        self.note(event, Note.SERVING)
+        if self.ready is None and self.marks_n == 0 and event.fields.get("kind") != "stall":
+            self.ready = self.progress = seq
+            self.phase = Phase.SERVING
+            self.fields.update(ready_at=t, phase_since=t, serving_only=True)
 
     def note(self, event: Event, note: Note) -> None:
         """Keep the first line of each note kind (per transport: P2P and SHM both matter)."""

@@ -75,6 +75,7 @@ class Tracker:
     ready_seq: int | None = None
     ready_at: float | None = None
     http_up: bool = False
+    serving_only: bool = False  # READY read off serving lines: the attempt printed no start-up line
     shut_down: bool = False
     tail: tuple[str, ...] = ()
     launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
@@ -399,9 +400,12 @@ class Tracker:
             (e.fields["exception"] for e in reversed(self.recent_errors) if e.fields.get("exception")), None
         )
         phase, phase_from = self.phase, "milestones"
-        if phase is None:
-            phase = self.exception_phase(event)
-            phase_from = None if phase is None else "exception"
+        # With no milestone, the traceback says where it was; so it does when READY was only read
+        # off serving lines (the server's own warm-up request prints batches too, and its failure,
+        # `Initialization failed. warmup error`, names the warm-up).
+        hint = self.exception_phase(event) if phase is None or self.serving_only else None
+        if hint is not None or phase is None:
+            phase, phase_from = hint, None if hint is None else "exception"
         return Crashed(
             phase=phase,
             evidence=tuple(evidence),

@@ -80,6 +80,8 @@ class PhaseLimits:
     cpu_alive_cores: float = 0.05
     crash_grace_s: float = 10.0  # a fatal line followed by no sign of life for this long is a crash
     evidence_lines: int = 6  # last lines kept per rank and overall
+    # Stages whose deadline the user set (--deadline STAGE=S), not the profile: a DEADLINE says whose.
+    deadlines_given: frozenset[str] = frozenset()
 
 
 # -- verdicts --------------------------------------------------------------------------------

@@ -30,6 +30,15 @@ def snapshot_dir(hf_home: str | Path, repo: str, revision: str) -> Path:
     return repo_dir(hf_home, repo) / "snapshots" / revision
 
 
+def fetched_file(hf_home: str | None, repo: str | None, revision: str | None, name: str) -> Path | None:
+    """NAME in the pinned snapshot that `kit model fetch` put in HF_HOME, or None where it is not
+    there (no host folder, no pin, not fetched yet)."""
+    if not (hf_home and repo and revision) or not os.path.isabs(hf_home):  # a named volume: not readable
+        return None
+    path = snapshot_dir(hf_home, repo, revision) / name
+    return path if path.is_file() else None
+
+
 def blob_path(hf_home: str | Path, repo: str, etag: str) -> Path:
     return repo_dir(hf_home, repo) / "blobs" / etag
 

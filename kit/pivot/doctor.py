@@ -17,6 +17,8 @@ The checks live in kit/pivot/doctor_gpus.py and kit/pivot/doctor_host.py. The re
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,9 @@ def run_doctor(
 ) -> DoctorReport:
     started = time.monotonic()
     ctx = doctor_context(target, image=image, overrides=overrides, gpus=gpus)
+    if ctx.device == "cuda" and ctx.image_ref:
+        held, why = read_image_arches(ctx.image_ref)
+        ctx = dataclasses.replace(ctx, image_arches=held, image_arches_why=why)
     facts = read_host(
         image_ref=ctx.image_ref,
         hf_cache=ctx.hf_cache,
@@ -155,6 +160,38 @@ def run_doctor(
         nvml_lib=nvml_lib,
     )
     return report(ctx, evaluate(ctx, facts), time.monotonic() - started)
+
+
+ARCHES_PROBE = Path(__file__).resolve().parent / "inimage" / "arches.py"
+ARCHES_MARK = "KIT_ARCHES "
+
+
+def read_image_arches(image_ref: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(what the image's kernels hold, None) read by kit/pivot/inimage/arches.py in a throwaway
+    container of the image (no GPU, no network), or (None, why not)."""
+    from kit.errors import KitError
+    from kit.runtime.engine import client, image_exists, translated
+    from kit.runtime.server import run_labels
+
+    try:
+        with translated(f"reading the kernels of {image_ref}"):
+            if not image_exists(image_ref):
+                return None, f"{image_ref} is not built here (kit image build), so its kernels cannot be read"
+            out = client().containers.run(
+                image_ref,
+                ["python", "-c", ARCHES_PROBE.read_text(encoding="utf-8")],
+                entrypoint=[],
+                labels={**run_labels(), "io.kit.managed": "doctor"},
+                network_mode="none",
+                remove=True,
+                stderr=False,
+            )
+    except KitError as exc:
+        return None, f"the image's kernels could not be read: {exc.one_line()}"
+    for line in out.decode("utf-8", "replace").splitlines():
+        if line.startswith(ARCHES_MARK):
+            return json.loads(line[len(ARCHES_MARK) :]), None
+    return None, "the image's kernel probe printed nothing"
 
 
 def schema() -> dict[str, Any]:
@@ -175,6 +212,7 @@ __all__ = [
     "Status",
     "doctor_context",
     "evaluate",
+    "read_image_arches",
     "report",
     "run_doctor",
     "schema",

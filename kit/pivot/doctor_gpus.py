@@ -6,6 +6,8 @@ looks at the chosen GPUs (--gpus / KIT_GPUS) where some are chosen.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kit.pivot.doctor_report import Check, ChecksBase, GiB, _check, _data, _gib, _version
 from kit.runtime.host import nvml_bdf
 
@@ -181,39 +183,54 @@ class GpuChecks(ChecksBase):
         return _check("gpu-count", title, "pass", summary, details=details)
 
     def compute_capability(self) -> Check:
-        title = "Compute capability vs the image's arch list"
+        title = "Compute capability vs the kernels the image holds"
         if (answer := self._no_gpus("compute-capability", title)) is not None:
             return answer
         caps = sorted({d.compute_capability for d in self.devices})
-        arches = self.ctx.arch_list
-        details = {"capabilities": caps, "arch_list": list(arches)}
-        if not arches:
+        held = self.ctx.image_arches
+        details: dict[str, Any] = {"capabilities": caps, "arch_list": list(self.ctx.arch_list)}
+        if held is None:
+            why = self.ctx.image_arches_why or "no CUDA image named"
             return _check(
                 "compute-capability",
                 title,
-                "pass",
-                f"capability {', '.join(caps)}",
-                why="no image arch list to compare with (no CUDA image named)",
+                "not-checked",
+                f"capability {', '.join(caps)}; the image's kernels not read",
+                why=why,
                 details=details,
             )
-        covered = {a.split("+")[0].rstrip("a") for a in arches}
-        missing = [c for c in caps if c not in covered]
-        if missing:
+        details["image_arches"] = held
+        torch_arches = list(held.get("torch") or [])
+        gaps = [
+            f"torch has no kernel for sm_{c.replace('.', '')}"
+            for c in caps
+            if not kernels_cover(c, torch_arches)
+        ]
+        for name, found in sorted((held.get("packages") or {}).items()):
+            arches = found.get("arches")
+            if arches is None:
+                continue  # not installed, pure Python, or unreadable: said in details, not a gap
+            gaps += [
+                f"{name} has no kernel for sm_{c.replace('.', '')}"
+                for c in caps
+                if not kernels_cover(c, arches)
+            ]
+        if gaps:
             return _check(
                 "compute-capability",
                 title,
                 "fail",
-                f"GPUs are sm_{missing[0].replace('.', '')}; "
-                f"{self.ctx.image} is built for {';'.join(arches)}",
+                f"GPUs are {', '.join(caps)}; in {self.ctx.image}: {'; '.join(gaps)}",
                 why="kernels built for another architecture fail with 'no kernel image is available'",
-                fix="use an image whose torch_cuda_arch_list includes the GPUs' capability",
+                fix="use an image built for the GPUs' architecture (its wheels' cubins, torch's arch list)",
                 details=details,
             )
+        shown = ", ".join(a for a in torch_arches if a.startswith("sm_12")) or ", ".join(torch_arches[-2:])
         return _check(
             "compute-capability",
             title,
             "pass",
-            f"capability {', '.join(caps)} is in {';'.join(arches)}",
+            f"capability {', '.join(caps)}: the image's kernels cover it (torch {shown})",
             details=details,
         )
 
@@ -403,3 +420,24 @@ class GpuChecks(ChecksBase):
                 "iommu", title, "not-checked", summary, why="group types unreadable", details=details
             )
         return _check("iommu", title, "pass", summary, details=details)
+
+
+def kernels_cover(capability: str, arches: list[str]) -> bool:
+    """Do ARCHES (`sm_120`, `sm_120a`, `compute_120`, as torch and cuobjdump name them) run on a GPU of
+    CAPABILITY ('12.0')? A cubin runs on its own major with an equal or higher minor unless it is
+    arch-specific ('a': that exact one); PTX compiles for any equal or newer GPU at first use."""
+    major, _, minor = capability.partition(".")
+    want = int(major) * 10 + int(minor or 0)
+    for arch in arches:
+        kind, _, number = arch.partition("_")
+        digits = number.rstrip("abcdefghijklmnopqrstuvwxyz")
+        if not digits.isdigit():
+            continue
+        built = int(digits)
+        if kind == "compute" and built <= want:
+            return True
+        if kind == "sm" and number.endswith(("a", "f")) and built == want:
+            return True
+        if kind == "sm" and number == digits and built // 10 == want // 10 and built <= want:
+            return True
+    return False

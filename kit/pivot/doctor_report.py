@@ -84,6 +84,11 @@ class DoctorContext:
     gpus: int = 0
     image_cuda: str | None = None
     arch_list: tuple[str, ...] = ()
+    """The manifest's torch_cuda_arch_list: what the image was asked to build for (shown only)."""
+    image_arches: dict[str, Any] | None = None
+    """What the image's kernels hold, read inside it (kit/pivot/inimage/arches.py): torch's arch
+    flags and each kernel package's cubins; None where it could not be read (image_arches_why)."""
+    image_arches_why: str | None = None
     hf_repo: str | None = None
     hf_revision: str | None = None
     """The catalog's pinned commit: the snapshot the server loads (--revision, offline)."""

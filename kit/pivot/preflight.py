@@ -210,8 +210,15 @@ def env_sources(spec: LaunchSpec, environment: dict[str, str]) -> dict[str, str]
 
 
 def rank_request(
-    spec: LaunchSpec, ranks: int, plan: DevicePlan, until: str | None, environment: dict[str, str]
+    spec: LaunchSpec,
+    ranks: int,
+    plan: DevicePlan,
+    until: str | None,
+    environment: dict[str, str],
+    graph: dict | None = None,
 ) -> dict:
+    """The ranks' request; `graph`: the graph step's plan where the caller has it (else it is made
+    here, which on CUDA runs SGLang's own resolution of the launch: graph_step.graph_request)."""
     limits = plan.limits
     total = sum(limit.deadline_s for limit in limits.values())
     return {
@@ -224,7 +231,8 @@ def rank_request(
         "server_args": sglang_fields(),
         "env_sources": env_sources(spec, environment),
         "sweep": plan.sweep,
-        "graph": graph_request(spec, ranks),  # the widths the server's graphs reduce (graph_step.py)
+        # the widths the server's graphs reduce (graph_step.py)
+        "graph": graph if graph is not None else graph_request(spec, ranks),
         "p2p_bytes": plan.p2p_bytes,
         # torch's own timeouts stay out of the way: the kit's step deadlines decide.
         "collective_timeout_s": total + 60,

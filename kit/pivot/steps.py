@@ -408,14 +408,17 @@ def graph_text(detail: dict) -> str:
     if detail.get("skipped"):
         return str(detail["skipped"])
     parts = [
-        f"{s['name']} {s['tokens']} x {s['hidden']} ({_size(s['bytes'])}) {s['replay_us']:.0f} us"
+        f"{s['name']} {s['tokens']} x {s['hidden']} ({_size(s['bytes'])}"
+        f"{' per rank, all_gather' if s.get('op') == 'all_gather' else ''}) {s['replay_us']:.0f} us"
         for s in detail.get("sizes", ())
     ]
     pynccl = detail.get("pynccl")
     if pynccl:
         busbw = pynccl["busbw_gbps"]
         parts.append(f"PyNccl {_size(pynccl['bytes'])} {pynccl['time_us']:.0f} us, busbw {busbw:.2f} GB/s")
-    head = f"bf16 all-reduce captured in graph_capture() and replayed ({detail.get('path', '?')})"
+    gathers = any(s.get("op") == "all_gather" for s in detail.get("sizes", ()))
+    what = "bf16 all-reduce" + (" and logits all_gather" if gathers else "")
+    head = f"{what} captured in graph_capture() and replayed ({detail.get('path', '?')})"
     return head + (": " + "; ".join(parts) if parts else "")
 
 

@@ -34,6 +34,7 @@ from kit.runtime.compile_cache import COMPOSE_PROJECT, volume_name
 from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.runtime.engine import LABEL_MANAGED
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host.gpus import GpuWay
 from kit.spec import CONTAINER_HF_CACHE, PHASES, LaunchSpec
 
@@ -164,7 +165,7 @@ def compose_service(
     require_one_line(spec, "a Compose file")
     check_exposure(spec)
     gpu = gpu_keys(way or portable_way(spec)) if spec.gpus else {}
-    variables = {**COMPILE_ENV, **gpu.pop("environment", {}), **spec.env}
+    variables = {**COMPILE_ENV, **FLIGHT_RECORDER_ENV, **gpu.pop("environment", {}), **spec.env}
     environment: dict[str, str] = {key: _literal(value) for key, value in sorted(variables.items())}
     for key in spec.pass_env:
         if key == spec.api_key_env:
@@ -210,11 +211,21 @@ BUNDLE_VOLUME = "kit-bundles"
 WATCH_CACHE = "/var/lib/kit"
 
 
-def watcher_service(spec: LaunchSpec, context: str = ".") -> dict[str, Any]:
+def watcher_service(spec: LaunchSpec, context: str = ".", way: GpuWay | None = None) -> dict[str, Any]:
     """`kit watch TARGET --serve` beside the server's service: it reaches the published port and the
     ranks' processes as the host sees them (host network and PID namespace, the engine's socket),
-    never stops the server, and writes a bundle on HUNG or CRASHED; Compose restarts it after."""
-    return {
+    never stops the server, and writes a bundle on HUNG or CRASHED; Compose restarts it after.
+
+    It sees what `kit watch` reads on a host: the server's GPUs the way the server gets them, with
+    the NVIDIA driver's `utility` capability only (libnvidia-ml, mounted by the container toolkit:
+    GPU memory, NVML's Xid events; no CUDA context), and SYS_PTRACE: py-spy's stacks and
+    /proc/PID/io of the ranks, processes of another container that hold SYS_PTRACE themselves (the
+    kernel's ptrace access check wants the reader's capabilities to cover the target's)."""
+    gpu = gpu_keys(way or portable_way(spec)) if spec.gpus else {}
+    environment = {"KIT_CACHE_DIR": WATCH_CACHE, **gpu.pop("environment", {})}
+    if spec.gpus:
+        environment["NVIDIA_DRIVER_CAPABILITIES"] = "utility"
+    service = {
         "image": WATCH_IMAGE,
         "build": {
             "context": context,
@@ -226,11 +237,16 @@ def watcher_service(spec: LaunchSpec, context: str = ".") -> dict[str, Any]:
         "command": ["watch", spec.target, "--target", spec.target, "--serve"],
         "network_mode": "host",
         "pid": "host",
-        "environment": {"KIT_CACHE_DIR": WATCH_CACHE},
+        "environment": environment,
+        "cap_add": ["SYS_PTRACE"],
         "volumes": ["/var/run/docker.sock:/var/run/docker.sock", f"{BUNDLE_VOLUME}:{WATCH_CACHE}"],
         "depends_on": {spec.target: {"condition": "service_started"}},
         "restart": "on-failure",
     }
+    if "runtime" in gpu:
+        service["runtime"] = gpu.pop("runtime")
+    service.update(gpu)  # deploy (the device request) or devices (CDI names)
+    return service
 
 
 def compose_document(
@@ -257,7 +273,7 @@ def compose_document(
     volumes = {volume_name(): {"name": volume_name()}}
     watched = [spec for spec in specs if spec.target in WATCHED]
     for spec in watched:
-        services[f"{spec.target}-watch"] = watcher_service(spec, context)
+        services[f"{spec.target}-watch"] = watcher_service(spec, context, ways.get(spec.target))
     if watched:
         volumes[BUNDLE_VOLUME] = {"name": BUNDLE_VOLUME}
     # One project name for every clone: the compile-cache volume the kit creates carries it, so

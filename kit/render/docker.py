@@ -7,7 +7,8 @@ wrapper hands it to SGLang's --api-key inside the container, so no file or comma
 
 Every server container also gets, from here: SYS_PTRACE (py-spy reads the ranks' stacks; `kit watch`
 on a Compose or systemd server needs it), the compile-cache volume with its variables
-(kit/runtime/compile_cache.py), and its GPUs the way the host gives them (kit.runtime.host.gpus:
+(kit/runtime/compile_cache.py), PyTorch's flight recorder (kit/runtime/flight_recorder_env.py), and
+its GPUs the way the host gives them (kit.runtime.host.gpus:
 a GPU request, CDI devices `nvidia.com/gpu=N`, or the nvidia runtime). The SDK side (`run_kwargs`,
 `host_settings`) asks this host's plan when no way is given; text renders take the way they are
 given and default to the portable GPU request (`docker run --gpus N`).
@@ -24,6 +25,7 @@ from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
 from kit.runtime.compile_cache import volume_name
 from kit.runtime.engine import LABEL_IMAGE, LABEL_MANAGED, LABEL_TARGET
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host.gpus import GpuPlan, GpuWay
 from kit.spec import CONTAINER_HF_CACHE, LaunchSpec, is_loopback
 
@@ -151,7 +153,12 @@ def run_kwargs(
     kwargs: dict = {
         "image": spec.image_ref,
         "command": server_command(spec),
-        "environment": {**settings.pop("environment"), **spec.env, **(environment or {})},
+        "environment": {
+            **settings.pop("environment"),
+            **FLIGHT_RECORDER_ENV,
+            **spec.env,
+            **(environment or {}),
+        },
         "labels": container_labels(spec, labels),
         "ports": {f"{spec.port}/tcp": (spec.publish_address, host_port)},
         "detach": True,
@@ -234,7 +241,7 @@ def docker_run_argv(
     if spec.hf_cache:
         argv += ["-v", f"{spec.hf_cache}:{CONTAINER_HF_CACHE}"]
     argv += ["-v", f"{volume_name()}:{COMPILE_MOUNT}"]
-    for key, value in sorted({**COMPILE_ENV, **spec.env}.items()):
+    for key, value in sorted({**COMPILE_ENV, **FLIGHT_RECORDER_ENV, **spec.env}.items()):
         argv += ["-e", f"{key}={value}"]
     for key in spec.pass_env:
         argv += ["-e", key]

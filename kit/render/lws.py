@@ -23,6 +23,7 @@ from kit.render._yaml import dump
 from kit.render.docker import cap_add, container_labels
 from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.spec import CONTAINER_HF_CACHE, LaunchSpec
 
 DIST_PORT = 20000
@@ -61,7 +62,9 @@ def _server_args(spec: LaunchSpec, nodes: int) -> list[str]:
 
 
 def _container(spec: LaunchSpec, nodes: int, leader: bool) -> dict[str, Any]:
-    env = [{"name": k, "value": v} for k, v in sorted({**COMPILE_ENV, **spec.env}.items())]
+    env = [
+        {"name": k, "value": v} for k, v in sorted({**COMPILE_ENV, **FLIGHT_RECORDER_ENV, **spec.env}.items())
+    ]
     key_env = api_key_env(spec)
     for key in spec.pass_env:
         if key == key_env:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from kit.runtime.flight_recorder_env import DUMP_PREFIX
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.spec import LaunchSpec
+
+
+def server_env(spec: LaunchSpec) -> dict[str, str]:
+    """The server's environment as rendered: PyTorch's flight recorder armed (every render carries
+    it), under the target's own variables."""
+    return {**FLIGHT_RECORDER_ENV, **spec.env}
 
 
 def launch_command(spec: LaunchSpec) -> dict[str, Any]:
@@ -15,7 +23,7 @@ def launch_command(spec: LaunchSpec) -> dict[str, Any]:
         "image": spec.image,
         "dialect": spec.dialect,
         "argv": list(spec.argv),
-        "env": dict(spec.env),
+        "env": server_env(spec),
         "pass_env": list(spec.pass_env),
         "notes": list(spec.notes),
     }
@@ -34,7 +42,7 @@ def dialect_line(spec: LaunchSpec) -> str:
 
 def shell_lines(spec: LaunchSpec) -> list[str]:
     """`VAR=value ... python -m sglang.launch_server` with one flag (and its value) per line."""
-    lines = [f"{key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())]
+    lines = [f"{key}={shlex.quote(value)}" for key, value in sorted(server_env(spec).items())]
     head = " ".join(shlex.quote(part) for part in spec.argv[:3])
     lines.append(head)
     rest = list(spec.argv[3:])
@@ -54,6 +62,10 @@ def render_sglang(spec: LaunchSpec) -> str:
     """A shell command a person can read, and run where the image's SGLang is installed."""
     header = [f"# {spec.target} on {spec.image}", f"# {dialect_line(spec)}"]
     header += [f"# {note}" for note in spec.notes]
+    folder = DUMP_PREFIX.rsplit("/", 1)[0]
+    header.append(
+        f"# flight-recorder dumps go to {folder} (mkdir -p it; the containers mount a volume there)"
+    )
     if spec.pass_env:
         header.append(f"# from your environment: {', '.join(spec.pass_env)}")
     if spec.api_key_env:

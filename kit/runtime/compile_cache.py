@@ -8,11 +8,12 @@ by its own environment variable (names read from the libraries' code; each ENV e
 
 Contract shared by the renderers (mount + env) and the sources (compile activity counts as progress
 in capture and warm-up): MOUNT is where the volume sits in the container; COMPILERS are the process
-names whose presence under the server means a compiler is running.
+names (by family, `is_compiler`) whose presence under the server means a compiler is running.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 VOLUME = "kit-compile-cache"
@@ -67,10 +68,39 @@ ENV: dict[str, str] = {
 }
 """Each cache's own variable, pointed into the volume (checked against each image's code, cited above)."""
 
-COMPILERS = frozenset(
-    {"nvcc", "ptxas", "cicc", "cudafe++", "fatbinary", "nvlink", "cc1plus", "cc1", "as", "ld", "ninja"}
+COMPILERS = (
+    # CUDA's toolchain: nvcc and its stages (flashinfer, deep_gemm, tvm-ffi and SGLang's JIT builds).
+    "nvcc*",
+    "cicc",
+    "cudafe++",
+    "fatbinary",
+    "nvlink",
+    # Triton's assembler: `ptxas`, and for arch >= 100 (sm_120 included) its own `ptxas-blackwell`
+    # (triton 3.8.0 backends/nvidia/compiler.py get_ptxas: knobs.nvidia.ptxas_blackwell if arch >= 100;
+    # the wheel ships bin/ptxas and bin/ptxas-blackwell). A family, so the next arch's name is one too.
+    "ptxas*",
+    # The host compiler and linker those builds call (gcc's stages, binutils, ninja for flashinfer),
+    # and the C compiler Triton and inductor build their launchers and CPU kernels with.
+    "cc1",
+    "cc1plus",
+    "as",
+    "ld",
+    "ld.*",
+    "collect2",
+    "ninja",
+    "gcc*",
+    "g++*",
+    "cc",
+    "c++",
+    "clang*",
 )
-"""Process names (comm) of compilers that JIT builds run as children of the server."""
+"""Process names (comm, at most 15 characters) of compilers that JIT builds run as children of the
+server, as shell patterns: a family (`ptxas*`, `nvcc*`, `ld.*`) matches every member of it."""
+
+
+def is_compiler(name: str) -> bool:
+    """Is a process named NAME (its comm) one of the COMPILERS?"""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in COMPILERS)
 
 
 def volume_name() -> str:

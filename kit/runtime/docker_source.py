@@ -12,8 +12,9 @@ processes' own /proc/PID/io where cgroup v1 gives none), network bytes received,
 the GPU memory and utilisation of the container's processes (matched by host PID). From the host's
 /proc, under the container's PID 1 (`State.Pid`): CPU seconds per scheduler rank, compiler
 processes alive (kit/runtime/compile_cache.py COMPILERS), and the bytes those processes wrote to
-storage (/proc/PID/io write_bytes through kit/runtime/processes.py `WriteMeter`; unknown where the
-host cannot read them, and `notes` says so). An NVML failure (a GPU lost after a hang) becomes
+storage (/proc/PID/io write_bytes through kit/runtime/processes.py `WriteMeter`; where the host
+cannot read them, the container cgroup's block-I/O write bytes from the engine's stats, and `notes`
+says which). An NVML failure (a GPU lost after a hang) becomes
 `gpu_error` in the sample, a fact for the verdict, never an exception out of the watch.
 """
 
@@ -38,7 +39,7 @@ from kit.logs import ActivitySample
 from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
 from kit.runtime import server as runtime
-from kit.runtime.compile_cache import COMPILERS
+from kit.runtime.compile_cache import is_compiler
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
 from kit.runtime.processes import WriteMeter, processes, write_readings
@@ -127,13 +128,21 @@ class ContainerOutput:
         return take_all(self.lines)
 
 
+def blkio_bytes(stats: dict, op: str) -> int | None:
+    """The container's block-I/O bytes for OP ("read" or "write") over all devices, as the engine
+    reports them (cgroup v2 io.stat rbytes/wbytes as ops "read"/"write", v1 blkio "Read"/"Write");
+    None where the engine reports none (cgroup v1 without blkio)."""
+    entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
+    if not entries:
+        return None
+    return sum(int(e.get("value", 0)) for e in entries if str(e.get("op", "")).lower() == op)
+
+
 def stats_counters(stats: dict) -> tuple[float | None, int | None, int | None]:
     usage = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
-    entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
-    reads = [e.get("value", 0) for e in entries if str(e.get("op", "")).lower() == "read"]
     networks = stats.get("networks") or {}
     rx = sum(int(n.get("rx_bytes", 0)) for n in networks.values()) if networks else None
-    return (None if usage is None else usage / 1e9, sum(reads) if entries else None, rx)
+    return (None if usage is None else usage / 1e9, blkio_bytes(stats, "read"), rx)
 
 
 def proc_read_bytes(pids: list[int], proc: Path = Path("/proc")) -> int | None:
@@ -184,7 +193,7 @@ def compilers_running(processes: list[psutil.Process]) -> int | None:
     count = 0
     for proc in processes:
         with contextlib.suppress(psutil.Error, OSError):
-            count += proc.name() in COMPILERS
+            count += is_compiler(proc.name())
     return count
 
 
@@ -258,6 +267,7 @@ class DockerSource:
         self._output = ContainerOutput(container, self._to_mono, after_wall=None)
         self._base_url: str | None = None
         self._writes = WriteMeter()
+        self._cgroup_writes_at_start: int | None = None
         self.notes: list[str] = []
 
     def _started_at(self, mono_now: float) -> float:
@@ -318,6 +328,7 @@ class DockerSource:
         if read is None:
             read = proc_read_bytes(pids)
         gpu_mem, gpu_util, gpu_error = self._gpu_usage(pids)
+        written, writes_via = self._written(tree or processes(pids), blkio_bytes(stats, "write"))
         return ActivitySample(
             t=t,
             cpu_seconds=cpu,
@@ -325,27 +336,73 @@ class DockerSource:
             net_rx_bytes=rx,
             gpu_mem_bytes=gpu_mem,
             gpu_util=gpu_util,
-            compile_bytes=self._compile_bytes(tree or processes(pids)),
+            compile_bytes=written,
             compilers=compilers_running(tree),
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
             rank_processes=rank_processes(tree),
+            writes_via=writes_via,
+            **self._checkpoint_pages(pids),
         )
 
-    def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
-        """Bytes the container's processes wrote since the watch began, from the host's /proc/PID/io
-        of the tree under the container's init PID (the same processes the per-rank CPU is read
-        from; `docker top`'s host PIDs where the host cannot walk the tree)."""
+    def _checkpoint_pages(self, pids: list[int]) -> dict:
+        """The checkpoint's pages the ranks hold mapped (kit/runtime/mapped.py): what a load moves on
+        a warm page cache or a network share, where block-I/O counters show nothing."""
+        from kit.runtime.mapped import read_mapped
+
+        mapped = read_mapped(pids)
+        if mapped is None or not mapped.files:
+            return {}
+        return {
+            "checkpoint_resident": mapped.resident_bytes,
+            "checkpoint_mapped": mapped.mapped_bytes,
+            "storage": mapped.storage,
+        }
+
+    def _written(self, tree: list[psutil.Process], cgroup_bytes: int | None) -> tuple[int | None, str | None]:
+        """Bytes the container's processes wrote since the watch began, and where that was read:
+        the host's /proc/PID/io of the tree under the container's init PID ("proc": the processes
+        the per-rank CPU is read from; `docker top`'s host PIDs where the host cannot walk the
+        tree), else the engine's block-I/O write bytes of the container's cgroup ("cgroup": a
+        non-root user in the docker group, the Compose watcher without SYS_PTRACE). The cgroup
+        counts writes when they reach the disk (writeback, seconds later), the processes' counters
+        when pages are dirtied; both are bytes the server wrote, and neither reading is zero."""
         written = self._writes.read(write_readings(tree))
-        if written is None and not self.notes:
-            self.notes.append(
-                "compile progress unknown: the container's /proc/PID/io cannot be read from here "
-                "(a rootless kit watching a root container, or the kit in another PID namespace)"
+        if written is not None:
+            return written, "proc"
+        if cgroup_bytes is not None:
+            if self._cgroup_writes_at_start is None:
+                self._cgroup_writes_at_start = cgroup_bytes
+            self._note_once(
+                "writes read from the container's cgroup (the engine's block-I/O write bytes): its "
+                "/proc/PID/io cannot be read from here (no ptrace on another user's processes)"
             )
-        return written
+            return max(0, cgroup_bytes - self._cgroup_writes_at_start), "cgroup"
+        self._note_once(
+            "compile progress unknown: the container's /proc/PID/io cannot be read from here "
+            "(a rootless kit watching a root container, or the kit in another PID namespace)"
+        )
+        return None, None
+
+    def _note_once(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _gpu_usage(self, pids: list[int]) -> tuple[int | None, tuple[int | None, ...], str | None]:
+        self._read_kernel_xids()
         return read_gpu_usage(self.gpus, pids)
+
+    def _read_kernel_xids(self) -> None:
+        """Once: NVML's Xid events count from their registration (the watch's first sample), so the
+        kernel's own `NVRM: Xid` lines are read too, from the container's start on
+        (kit/runtime/kernel_log.py)."""
+        gpus = self.gpus
+        if not isinstance(gpus, NvmlGpus) or gpus.kernel is not None:
+            return
+        from kit.runtime.kernel_log import KernelLog
+
+        started_wall = time.time() - (time.monotonic() - self.started_at)
+        gpus.read_kernel_from(KernelLog(since_wall=started_wall))
 
     def _replacement(self) -> Container | None:
         """A new container under the watched name (its supervisor started it again), if there is one."""

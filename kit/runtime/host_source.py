@@ -276,6 +276,7 @@ class HostSource:
         if self.gpus is not None:
             usage = self.gpus.usage(pids)
             gpu_mem, gpu_util = usage.memory_bytes, usage.utilization
+        written = self._compile_bytes(tree)
         return ActivitySample(
             t=t,
             cpu_seconds=counted.cpu_seconds,
@@ -283,8 +284,9 @@ class HostSource:
             net_rx_bytes=procs.net_rx_bytes(main),
             gpu_mem_bytes=gpu_mem,
             gpu_util=gpu_util,
-            compile_bytes=self._compile_bytes(tree),
+            compile_bytes=written,
             compilers=counted.compilers,
+            writes_via=None if written is None else "proc",
         )
 
     def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:

@@ -51,6 +51,28 @@ def server_post(
         return http.post(url, json=json_body, headers=headers)
 
 
+def server_startup_time(
+    base_url: str,
+    *,
+    timeout_s: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+    api_key: str | None = None,
+) -> dict | None:
+    """SGLang's own start-up phases from `/server_info`'s `startup_time` (0.5.23: load_weight,
+    kv_cache_allocation, cuda_graph per phase, scheduler_e2e, tokenizer_e2e, in seconds;
+    srt/entrypoints/http_server.py server_info, srt/observability/startup_time.py), or None where the
+    release has none or the server does not say."""
+    try:
+        with server_client(timeout_s, transport) as http:
+            response = http.get(base_url + "/server_info", headers=_auth(api_key))
+        if response.status_code != 200:
+            return None
+        found = response.json().get("startup_time")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) and found else None
+
+
 def _fail(endpoint: str, exc: Exception) -> CheckFailed:
     return CheckFailed(f"{endpoint}: {type(exc).__name__}: {exc}")
 

@@ -27,13 +27,14 @@ catalog (xids.toml: 8 and 119 are the GSP watchdog hangs RTX PRO 6000 hosts repo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import re
-import tomllib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from kit.runtime.xids import XidEvent, kernel_xid, pci_key, xid_error
 
 # pynvml spells a few of these as 1-tuples (NVML_P2P_CAPS_INDEX_READ = (0,)); the C values are plain.
 _P2P_READ, _P2P_WRITE = 0, 1
@@ -66,55 +67,9 @@ class GpuDevice:
 LOST_CODES = {15: "GPU is lost", 16: "GPU requires reset", 28: "GPU not found", 999: "unknown error"}
 
 
-# The Xids that end a GPU's work (NVIDIA's Xid catalog; kit/runtime/xids.toml says where each is from).
-FATAL_XIDS: dict[int, str] = {
-    int(code): meaning
-    for code, meaning in tomllib.loads((Path(__file__).with_name("xids.toml")).read_text(encoding="utf-8"))[
-        "fatal"
-    ].items()
-}
 XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError (nvml.h)
 NVML_ERROR_TIMEOUT = 10  # nvmlEventSetWait_v2 with nothing waiting
 _MAX_EVENTS_PER_READ = 64  # a driver flooding events must not stall the sampler
-# The kernel's words: `NVRM: Xid (PCI:0000:01:00): 119, pid=..., Timeout after 45s ...`.
-_KERNEL_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)")
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    """An Xid the driver reported for a GPU: through NVML's critical-error events or the kernel log."""
-
-    xid: int
-    index: int | None = None
-    """The NVML index (None: the kernel log names the PCI address instead)."""
-    pci: str | None = None
-    source: str = "nvml"
-    """'nvml' (an event) or 'kernel log' (an `NVRM: Xid` line)."""
-
-    @property
-    def fatal(self) -> bool:
-        return self.xid in FATAL_XIDS
-
-    def describe(self) -> str:
-        where = f"GPU {self.index}" if self.index is not None else f"PCI {self.pci or '?'}"
-        told = "NVML's Xid event" if self.source == "nvml" else "the kernel log"
-        if self.fatal:  # "fatal Xid": the gpu-lost cause's mark (kit/logs/causes.toml)
-            return f"fatal Xid {self.xid} on {where} ({FATAL_XIDS[self.xid]}; {told})"
-        return f"Xid {self.xid} on {where} (not fatal in NVIDIA's Xid catalog; {told})"
-
-
-def kernel_xid(line: str) -> XidEvent | None:
-    """The Xid of one kernel log line (`dmesg`, `journalctl -k`), or None for any other line."""
-    found = _KERNEL_XID.search(line)
-    if found is None:
-        return None
-    return XidEvent(int(found.group(2)), pci=found.group(1), source="kernel log")
-
-
-def xid_error(events: Iterable[XidEvent]) -> str | None:
-    """One line naming the fatal Xids seen (the gpu-lost cause's evidence), or None without one."""
-    fatal = [e.describe() for e in events if e.fatal]
-    return f"gpu error: {'; '.join(dict.fromkeys(fatal))}" if fatal else None
 
 
 @dataclass(frozen=True)
@@ -164,12 +119,16 @@ class GpuUsage:
     lost: tuple[LostGpu, ...] = ()
     """Devices that did not answer this reading."""
     xids: tuple[XidEvent, ...] = ()
-    """Every Xid NVML's events reported since the reader opened (where the driver offers them)."""
+    """Every Xid seen on any GPU: NVML's events since the reader registered for them (where the
+    driver offers them) and the kernel log's lines (where the reader was given it)."""
+    server_gpus: tuple[int, ...] = ()
+    """The GPUs the processes asked about have held memory on, in any reading so far."""
 
     @property
     def error(self) -> str | None:
-        """The fatal Xids as the verdict's evidence (read_gpu_usage hands it on as gpu_error)."""
-        return xid_error(self.xids)
+        """The fatal Xids on the server's own GPUs as the verdict's evidence (read_gpu_usage hands it
+        on as gpu_error): one on another GPU is another workload's trouble, not this server's."""
+        return xid_error(x for x in self.xids if x.index in self.server_gpus)
 
     @property
     def memory_bytes(self) -> int:
@@ -208,6 +167,12 @@ class NvmlGpus:
         self.xids: list[XidEvent] = []
         self.events_note: str | None = None
         """Why NVML's Xid events are not read here (not offered by the driver, ...), or None."""
+        self.events_since: float | None = None
+        """When NVML's events were registered (epoch seconds): earlier Xids only the kernel log has."""
+        self.kernel: Any = None
+        """The kernel's lines (kit.runtime.kernel_log.KernelLog or alike), set by read_kernel_from."""
+        self._mine: set[int] = set()
+        self._registered: set[int] = set()
         for index in range(lib.nvmlDeviceGetCount()):
             try:
                 self._handles.append((index, lib.nvmlDeviceGetHandleByIndex(index)))
@@ -215,6 +180,8 @@ class NvmlGpus:
                 self._lose(index, exc)
 
     def close(self) -> None:
+        if self.kernel is not None and hasattr(self.kernel, "close"):
+            self.kernel.close()
         if self._event_set is not None:
             with contextlib.suppress(self.lib.NVMLError, AttributeError):
                 self.lib.nvmlEventSetFree(self._event_set)
@@ -250,7 +217,45 @@ class NvmlGpus:
                 lib.nvmlEventSetFree(event_set)
             return None
         self._event_set = event_set
+        # NVML records an event only from nvmlDeviceRegisterEvents on (NVML API, Event Handling
+        # Methods): an Xid before this moment is in the kernel log alone.
+        self.events_since = time.time()
+        self._registered = set(registered)
         return event_set
+
+    def read_kernel_from(self, log: Any) -> None:
+        """Also read the kernel's `NVRM: Xid` lines through LOG (`read()` -> [(wall or None, line)],
+        `note`): the Xids before NVML's registration, and those of GPUs whose events NVML refuses."""
+        self.kernel = log
+
+    def _pci_indices(self) -> dict[str, int]:
+        found = {}
+        for index, handle in self._answering():
+            pci = self._try(self.lib.nvmlDeviceGetPciInfo, handle)
+            key = pci_key(_text(pci.busId)) if pci is not None else None
+            if key:
+                found[key] = index
+        return found
+
+    def _kernel_xids(self) -> list[XidEvent]:
+        """New kernel Xid lines, matched to NVML's GPUs by PCI address; those NVML's own events also
+        report (a registered GPU, logged after the registration) are left to the events."""
+        if self.kernel is None:
+            return []
+        events = [x for wall, line in self.kernel.read() if (x := kernel_xid(line, wall)) is not None]
+        if not events:
+            return []
+        indices = self._pci_indices()
+        registered = self._registered
+        found = []
+        for event in events:
+            index = indices.get(event.pci or "")
+            told_by_nvml = index in registered and (
+                event.wall is None or self.events_since is None or event.wall >= self.events_since
+            )
+            if not told_by_nvml:
+                found.append(dataclasses.replace(event, index=index))
+        return found
 
     def _index_of(self, device: Any) -> int | None:
         for index, handle in self._handles:
@@ -259,12 +264,11 @@ class NvmlGpus:
         return self._try(self.lib.nvmlDeviceGetIndex, device)
 
     def read_xids(self) -> tuple[XidEvent, ...]:
-        """The Xid events waiting now (never blocks: timeout 0); kept in `xids` as well."""
+        """The Xid events waiting now (never blocks: timeout 0), and the kernel's new Xid lines where
+        it is read; kept in `xids` as well."""
         event_set = self._open_events()
-        if event_set is None:
-            return ()
-        found = []
-        for _ in range(_MAX_EVENTS_PER_READ):
+        found = self._kernel_xids()
+        for _ in range(_MAX_EVENTS_PER_READ if event_set is not None else 0):
             try:
                 data = self.lib.nvmlEventSetWait_v2(event_set, 0)
             except self.lib.NVMLError as exc:
@@ -275,6 +279,11 @@ class NvmlGpus:
                 found.append(XidEvent(int(data.eventData), index=self._index_of(data.device)))
         self.xids += found
         return tuple(found)
+
+    @property
+    def server_gpus(self) -> tuple[int, ...]:
+        """The GPUs the processes asked about (usage) have held memory on so far."""
+        return tuple(sorted(self._mine))
 
     @property
     def lost(self) -> tuple[LostGpu, ...]:
@@ -380,7 +389,13 @@ class NvmlGpus:
                 )
             )
         self.read_xids()
-        return GpuUsage(tuple(r for r in readings if r.index not in self._lost), self.lost, tuple(self.xids))
+        self._mine.update(r.index for r in readings)
+        return GpuUsage(
+            tuple(r for r in readings if r.index not in self._lost),
+            self.lost,
+            tuple(self.xids),
+            self.server_gpus,
+        )
 
     def device_usage(self) -> tuple[tuple[int, int, int | None, int], ...]:
         """(index, memory used, utilisation %, processes) of every answering device, whoever uses it."""
@@ -427,6 +442,19 @@ class NvmlGpus:
                     word = f"NV{min(links[i], links[j])}"
                 matrix.setdefault(str(i), {})[str(j)] = word
         return matrix
+
+
+def xid_note(gpus: NvmlGpus | None) -> str | None:
+    """Where this watch's Xid evidence comes from, for a verdict's notes: NVML's events count from
+    their registration; the Xids before it come from the kernel log, or are unknown (and said so)."""
+    if gpus is None or (gpus.events_since is None and gpus.kernel is None):
+        return None
+    since = time.strftime("%H:%M:%S", time.localtime(gpus.events_since)) if gpus.events_since else None
+    nvml = f"NVML's Xid events from {since} (their registration)" if since else gpus.events_note
+    kernel = getattr(gpus.kernel, "note", None) if gpus.kernel is not None else "the kernel log not read"
+    others = sorted({x.describe() for x in gpus.xids if x.fatal and x.index not in gpus.server_gpus})
+    elsewhere = f"; not the server's GPUs, left out: {'; '.join(others)}" if others else ""
+    return f"Xid evidence: {nvml or 'no NVML events'}; before them: {kernel}{elsewhere}"
 
 
 def lost_note(gpus: NvmlGpus | None) -> str | None:

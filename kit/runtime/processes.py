@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from kit.runtime.compile_cache import COMPILERS
+from kit.runtime.compile_cache import is_compiler
 
 PROC = Path("/proc")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -228,7 +228,7 @@ def counters(procs: Iterable[psutil.Process]) -> Counters:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, AttributeError):
             pass
         try:
-            compilers += process.name() in COMPILERS
+            compilers += is_compiler(process.name())
             names_known = True
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass

@@ -10,7 +10,8 @@ NVML code (PID matching, whole-device fallback, P2P and topology words) without 
     nvml.set_utilization(gpu=0, pct=100)
     nvml.lose(gpu=2)                                   # every call on GPU 2: NVML_ERROR_GPU_IS_LOST
     nvml.fail("nvmlDeviceGetUtilizationRates", gpu=1)  # one call on one GPU raises (NotSupported)
-    nvml.xid(gpu=1, code=119)                          # an Xid critical-error event for GPU 1
+    nvml.xid(gpu=1, code=119)                          # Xid 119 on GPU 1: a kernel line, and an event
+                                                       # where GPU 1's Xids are registered
     nvml.fail("nvmlDeviceRegisterEvents")              # a driver that offers no events
 
 Errors carry pynvml's `value` (the NVML return code), as pynvml's own NVMLError subclasses do.
@@ -19,6 +20,7 @@ Errors carry pynvml's `value` (the NVML return code), as pynvml's own NVMLError 
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -123,6 +125,7 @@ class FakeNvml:
         self.topology = topology or {}  # (i, j) -> topology level; absent = 30 (PHB)
         self.initialised = 0
         self.events: list[SimpleNamespace] = []  # Xid events not yet read (nvmlEventSetWait_v2)
+        self.kernel_lines: list[tuple[float, str]] = []  # the kernel's `NVRM: Xid` lines, with their time
         self.registered: dict[int, int] = {}  # GPU index -> event types registered
         self.failures: dict[tuple[str, int | None], NVMLError] = {}
         """(function name or '*', GPU index or None for every GPU) -> the error it raises."""
@@ -164,11 +167,17 @@ class FakeNvml:
         """Make one pynvml function raise (for one GPU, or for all): NotSupported unless told."""
         self.failures[(call, gpu)] = error or NVMLError_NotSupported()
 
-    def xid(self, gpu: int, code: int) -> None:
-        """The driver reports Xid CODE on GPU (an event, read by whoever registered for it)."""
-        self.events.append(
-            SimpleNamespace(device=self.devices[gpu], eventType=0x8, eventData=code, gpuInstanceId=0)
-        )
+    def xid(self, gpu: int, code: int, *, wall: float | None = None) -> None:
+        """The driver reports Xid CODE on GPU: the kernel logs its `NVRM: Xid` line (kernel_lines), and
+        an event goes to whoever registered for that GPU's Xids; before any registration NVML keeps
+        none (NVML API, Event Handling Methods), as the real library."""
+        bus = self.devices[gpu].bus_id.split(":", 1)[1].rsplit(".", 1)[0]  # 00000000:17:00.0 -> 17:00
+        line = f"NVRM: Xid (PCI:0000:{bus}): {code}, pid=4242, name=python3, Ch 00000008"
+        self.kernel_lines.append((time.time() if wall is None else wall, line))
+        if self.registered.get(gpu, 0) & 0x8:
+            self.events.append(
+                SimpleNamespace(device=self.devices[gpu], eventType=0x8, eventData=code, gpuInstanceId=0)
+            )
 
     def lose(self, gpu: int, error: NVMLError | None = None) -> None:
         """GPU falls off: its handle and every call on it raise GPU_IS_LOST (as after a P2P hang)."""
@@ -286,3 +295,19 @@ class FakeNvml:
     @_per_device
     def nvmlDeviceGetIndex(self, handle: FakeDevice) -> int:
         return self.devices.index(handle)
+
+
+class FakeKernelLog:
+    """The kernel log of FakeNvml's host, read as kit.runtime.kernel_log.KernelLog reads the real one:
+    `read()` gives the lines logged since the last read, `note` says what was read."""
+
+    def __init__(self, nvml: FakeNvml, *, since_wall: float | None = None):
+        self.nvml = nvml
+        self.since_wall = since_wall
+        self._taken = 0
+        self.note = "the kernel log (a fake host's)"
+
+    def read(self) -> list[tuple[float, str]]:
+        lines = self.nvml.kernel_lines[self._taken :]
+        self._taken = len(self.nvml.kernel_lines)
+        return [(wall, line) for wall, line in lines if self.since_wall is None or wall >= self.since_wall]

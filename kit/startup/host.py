@@ -25,7 +25,7 @@ from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.serving import OnChange, ServingLimits
-from kit.startup.up import _result, collect_stacks, serve_ready
+from kit.startup.up import _result, collect_stacks, serve_ready, with_upstream
 from kit.startup.watch import Progress, Watcher
 
 
@@ -171,6 +171,7 @@ def run_watch_host(
             )
             if result.serving and result.verdict == "crashed":
                 result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
+        result, upstream = with_upstream(result, source, watcher)
         if result.verdict != "ready":
             pid = source.where.main_pid() or main
             recorded = record_run(
@@ -181,6 +182,7 @@ def run_watch_host(
                 stacks,
                 jsonable(result),
                 host=HostServer(pid, what.unit),
+                upstream=upstream,
             )
             result = dataclasses.replace(
                 result,

@@ -5,11 +5,14 @@ The only place that draws progress; it reads Progress values and never changes t
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kit.logs.counters import Readable, readable_counters
 from kit.output import emit_json, jsonable
 from kit.startup.watch import Progress
 
@@ -105,6 +108,9 @@ class LiveView:
         self._attempt = 1
         self._last_json_sample = 0.0
         self._said_at = 0.0
+        self._counters: Readable | None = None  # the counters last said to be readable
+        self._status_probes = -1  # the serving status last emitted as JSON (its probe count)
+        self._status_said = 0.0  # when a plain serving status line was last printed
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
         self._shown: set[tuple[str, str]] = set()
 
@@ -137,14 +143,17 @@ class LiveView:
         if progress.attempt != self._attempt:
             self._new_attempt(progress)
         self._overruns(progress)
+        self._readable(progress)
         if self.as_json:
             self._json(progress)
         elif self._live:
             late = progress.overrun
+            counters = [Text(self._counters.line(), style="dim")] if self._counters else []
             self._live.update(
                 Group(
                     Text(self.title, style="bold"),
                     Text(status_line(progress, self.load_bytes)),
+                    *counters,
                     *([Text(late.describe() + " (followed on)", style="yellow")] if late else []),
                     rank_table(progress),
                     Text(f"last: {_clip(progress.last_line)}", style="dim"),
@@ -152,6 +161,20 @@ class LiveView:
             )
         else:
             self._plain(progress)
+
+    def _readable(self, progress: Progress) -> None:
+        """Which counters this host lets the watch read: a row on a terminal, a line (plain or
+        JSON) when it is first known and whenever it changes (a process tree that became readable)."""
+        if progress.sample is None:
+            return
+        readable = readable_counters(progress.sample)
+        if readable == self._counters:
+            return
+        self._counters = readable
+        if self.as_json:
+            emit_json({"type": "counters", "t": round(progress.elapsed, 3), **readable.as_dict()})
+        elif not self._live:
+            self._say(progress, readable.line())
 
     def _overruns(self, progress: Progress) -> None:
         """Say each stage that passed its deadline once, as it happens (a terminal keeps a line too)."""
@@ -173,8 +196,49 @@ class LiveView:
             else:
                 self._say(progress, f"{overrun.describe()}; followed on to READY, HUNG or CRASHED")
 
-    def serving(self, change) -> None:
-        """A new verdict while serving (kit/startup/serving.py Change): one live line each."""
+    def serving(self, event) -> None:
+        """The serving watch (kit/startup/serving.py): READY and its first token before it begins
+        (ReadyNotice), its status at each step (ServingStatus: refreshed in place on a terminal, a
+        JSON line per probe, a plain line every HEARTBEAT_S), and each new verdict (Change)."""
+        from kit.startup.serving import ReadyNotice, ServingStatus
+
+        if isinstance(event, ReadyNotice):
+            self._ready(event.result)
+        elif isinstance(event, ServingStatus):
+            self._serving_status(event)
+        else:
+            self._change(event)
+
+    def _ready(self, result) -> None:
+        from kit.startup.result import sglang_phases, verdict_lines
+
+        if self.as_json:
+            keys = ("verdict", "startup_s", "first_token_s", "first_token_endpoint", "first_token_in")
+            emit_json({"type": "ready", **{k: getattr(result, k) for k in keys}})
+            return
+        lines = verdict_lines(result)
+        said = sglang_phases(result.sglang_startup_time)
+        out = self._live.console if self._live else self.console
+        out.print(Text(lines[0], style="bold green"))
+        for line in [
+            *lines[1:],
+            *([f"  {said}"] if said else []),
+            "  serving: watched until HUNG, CRASHED or Ctrl-C",
+        ]:
+            out.print(line, markup=False, highlight=False)
+
+    def _serving_status(self, status) -> None:
+        if self.as_json:
+            if status.probes != self._status_probes:  # one line per probe window
+                self._status_probes = status.probes
+                emit_json(status.as_json())
+        elif self._live:
+            self._live.update(Text(status.line()))
+        elif time.monotonic() - self._status_said >= HEARTBEAT_S:
+            self._status_said = time.monotonic()
+            self.console.print(status.line(), markup=False, highlight=False)
+
+    def _change(self, change) -> None:
         call = change.call
         if self.as_json:
             emit_json(
@@ -275,4 +339,8 @@ def _load_json(load) -> dict:
         "load_total_bytes": load.total_bytes,
         "load_rate_bytes_s": None if load.rate_bytes_s is None else round(load.rate_bytes_s),
         "load_eta_s": None if load.eta_s is None else round(load.eta_s, 1),
+        "load_fraction": None if load.fraction is None else round(load.fraction, 4),
+        "load_basis": load.basis,
+        "load_shards": None if load.shards is None else f"{load.shards.done}/{load.shards.total}",
+        "load_storage": load.storage,
     }

@@ -12,6 +12,7 @@ switch between the two, read by the one watcher (kit/startup/watch.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -54,39 +55,126 @@ class DeadlineRow:
     attempt: int = 1
 
 
+# SGLang 0.5.23's bar over the shard files (srt/model_loader/weight_utils.py
+# safetensors_weights_iterator, tqdm with its BAR_FORMAT):
+#   Loading safetensors checkpoint shards:  29% Completed | 4/14 [00:02<00:05,  1.77it/s]
+_SHARD_BAR = re.compile(
+    r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+) \[([0-9:]+)<([0-9:?]+)"
+)
+
+
+@dataclass(frozen=True)
+class ShardBar:
+    """SGLang's own count of the shard files loaded, with tqdm's own time estimate."""
+
+    done: int
+    total: int
+    remaining_s: float | None  # tqdm's estimate ('<00:05'); None while it has none ('<?')
+
+
+def _clock(text: str) -> float | None:
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + part
+    return float(seconds)
+
+
+def shard_bar(line: str) -> ShardBar | None:
+    """SGLang's shard bar in one output line (its last drawing where `\r` joined several), or None."""
+    found = _SHARD_BAR.findall(line)
+    if not found:
+        return None
+    done, total, _, remaining = found[-1]
+    return ShardBar(int(done), int(total), _clock(remaining))
+
+
 @dataclass(frozen=True)
 class LoadProgress:
-    """Bytes read since the load began, against the checkpoint's size on disk (the catalog's)."""
+    """How far the load is, from what moves on a real host, and what it rests on (`basis`):
 
-    read_bytes: int
-    rate_bytes_s: float | None  # over the last samples; None until two samples are in
-    total_bytes: int | None
+    - SGLang's shard bar (k of N files loaded), refined by the pages of the shard being loaded now
+      that the ranks hold mapped (resident / mapped size): right on a warm page cache (no block I/O
+      at all), on NFS (no block I/O counted) and under memory pressure (re-reads count nothing);
+    - without the bar (before rank 0 draws it, another loader), the mapped pages alone;
+    - without either, block-I/O bytes read against the checkpoint's size (the old measure: it reads
+      0 on a warm start and overshoots under memory pressure, so it is said as what it is).
+    """
+
+    read_bytes: int  # block I/O since the load began (what the disks were asked for)
+    rate_bytes_s: float | None  # of read_bytes, over the last samples; None until two samples are in
+    total_bytes: int | None  # the checkpoint's size on disk (the catalog's)
+    shards: ShardBar | None = None
+    resident_bytes: int | None = None  # of the shard files mapped now
+    mapped_bytes: int | None = None
+    storage: str | None = None
+
+    @property
+    def basis(self) -> str:
+        if self.shards is not None:
+            return "SGLang's shard bar"
+        if self.mapped_bytes:
+            return "the ranks' mapped checkpoint pages"
+        return "block I/O read"
 
     @property
     def fraction(self) -> float | None:
+        bar = self.shards
+        current = min(1.0, (self.resident_bytes or 0) / self.mapped_bytes) if self.mapped_bytes else 0.0
+        if bar is not None and bar.total:
+            if bar.done >= bar.total:
+                return 1.0
+            return min(1.0, (bar.done + current) / bar.total)
         if not self.total_bytes:
             return None
+        if self.mapped_bytes:
+            return min(1.0, (self.resident_bytes or 0) / self.total_bytes)
         return min(1.0, self.read_bytes / self.total_bytes)
 
     @property
+    def loaded_bytes(self) -> int | None:
+        fraction = self.fraction
+        if fraction is None or not self.total_bytes:
+            return None
+        return int(fraction * self.total_bytes)
+
+    @property
     def eta_s(self) -> float | None:
-        """Seconds to read the rest at the current rate (None: unknown size, or nothing moving)."""
-        if not self.total_bytes or not self.rate_bytes_s or self.rate_bytes_s <= 0:
+        """Seconds left: tqdm's own estimate on SGLang's bar, else the rest at the read rate."""
+        if self.shards is not None:
+            return self.shards.remaining_s
+        if self.mapped_bytes or not self.total_bytes or not self.rate_bytes_s or self.rate_bytes_s <= 0:
             return None
         return max(0.0, self.total_bytes - self.read_bytes) / self.rate_bytes_s
 
     def describe(self) -> str:
-        parts = [f"{self.read_bytes / GB:.1f}"]
-        if self.total_bytes:
-            parts.append(f" of {self.total_bytes / GB:.1f} GB read ({100 * (self.fraction or 0):.0f} %)")
+        """'110.4 of 251.0 GB (44 %; shard 17/38 by SGLang's shard bar; on nfs4: the network (NFS);
+        ETA 5 min)'."""
+        fraction, loaded = self.fraction, self.loaded_bytes
+        if loaded is not None and self.total_bytes:
+            head, details = (
+                f"{loaded / GB:.1f} of {self.total_bytes / GB:.1f} GB",
+                [f"{100 * (fraction or 0):.0f} %"],
+            )
+        elif fraction is not None:
+            head, details = f"{100 * fraction:.0f} %", []
         else:
-            parts.append(" GB read")
-        if self.rate_bytes_s is not None:
-            parts.append(f", {self.rate_bytes_s / MB:.0f} MB/s")
+            head, details = f"{self.read_bytes / GB:.1f} GB read", []
+        bar = self.shards
+        details.append(
+            f"shard {bar.done}/{bar.total} by {self.basis}" if bar is not None else f"by {self.basis}"
+        )
+        if self.rate_bytes_s is not None and self.rate_bytes_s >= MB:
+            details.append(f"disk {self.rate_bytes_s / MB:.0f} MB/s")
+        if self.storage:
+            details.append(f"on {self.storage}")
         eta = self.eta_s
-        if eta is not None and (self.fraction or 0) < 1.0:
-            parts.append(f", ETA {_duration(eta)}")
-        return "".join(parts)
+        if eta is not None and (fraction or 0) < 1.0:
+            details.append(f"ETA {_duration(eta)}")
+        return f"{head} ({'; '.join(details)})"
 
 
 def _size(n: float) -> str:
@@ -112,14 +200,28 @@ def read_rate(samples: Sequence[ActivitySample]) -> float | None:
 
 
 def load_progress(
-    samples: Sequence[ActivitySample], read_at_start: int | None, total_bytes: int | None
+    samples: Sequence[ActivitySample],
+    read_at_start: int | None,
+    total_bytes: int | None,
+    shards: ShardBar | None = None,
 ) -> LoadProgress | None:
-    """The load's progress from the activity samples: None while no read counter is known."""
-    last = next((s for s in reversed(samples) if s.read_bytes is not None), None)
-    if last is None or last.read_bytes is None:
+    """The load's progress from SGLang's shard bar (the newest drawing seen), the samples' mapped
+    checkpoint pages and their read counter: None while none of them is known."""
+    last_read = next((s for s in reversed(samples) if s.read_bytes is not None), None)
+    latest = samples[-1] if samples else None
+    mapped = latest.checkpoint_mapped if latest is not None else None  # the shard open right now
+    if last_read is None and not mapped and shards is None:
         return None
-    read = max(0, last.read_bytes - (read_at_start or 0))
-    return LoadProgress(read, read_rate(samples), total_bytes)
+    read = max(0, (last_read.read_bytes or 0) - (read_at_start or 0)) if last_read is not None else 0
+    return LoadProgress(
+        read,
+        read_rate(samples),
+        total_bytes,
+        shards=shards,
+        resident_bytes=latest.checkpoint_resident if mapped and latest is not None else None,
+        mapped_bytes=mapped or None,
+        storage=next((s.storage for s in reversed(samples) if s.storage), None),
+    )
 
 
 def still_moving(

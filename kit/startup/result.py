@@ -44,6 +44,8 @@ class UpResult:
     reply: str | None = None
     quiet_for_s: float | None = None
     limit_s: float | None = None
+    limit_by: str | None = None
+    """Whose limit a DEADLINE passed: "profile" (the catalog's timing) or "--deadline" (the user's)."""
     stuck_ranks: tuple[str, ...] = ()
     missing_ranks: tuple[str, ...] = ()
     waiting_ranks: tuple[str, ...] = ()
@@ -81,6 +83,17 @@ class UpResult:
     """The activity over the whole watch (kit/logs/activity.py series_rows), for the picture."""
     never_seen_ranks: tuple[str, ...] = ()
     """Ranks the launch promised that printed nothing at all."""
+    sglang_startup_time: dict | None = None
+    """At READY: SGLang's own start-up phases (`/server_info`'s startup_time: load_weight,
+    kv_cache_allocation, cuda_graph, scheduler_e2e, tokenizer_e2e seconds), beside the kit's."""
+    upstream: tuple[str, ...] = ()
+    """The upstream tools' word on a verdict other than READY (kit/runtime/upstream.py): SGLang's
+    soft watchdog, NCCL RAS (two snapshots), the flight recorder's fr_trace, or why each was not asked."""
+    container_gone: bool = False
+    """The container was gone when the watch ended (its --rm, or someone removed it): never "kept"."""
+    counters: dict | None = None
+    """Which activity counters the watch could read on this host ({"read": [...], "unread": [...]},
+    kit/logs/counters.py): a verdict resting on counters says which it had."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
@@ -173,11 +186,24 @@ def tensor_parallel(tracker: Tracker) -> int:
     return tracker.limits.expected_ranks or 1
 
 
-def error_lines(tracker: Tracker, now: float, *, ended: bool = False) -> tuple[str, ...]:
-    """The errors the server went on after, one line each: rank, exception (or the line)."""
+def _message(text: str) -> str:
+    """An exception line's message without its type: 'OSError: Repo id ...' -> 'Repo id ...'."""
+    head, sep, rest = text.strip().partition(": ")
+    return rest.strip() if sep and " " not in head else text.strip()
+
+
+def error_lines(
+    tracker: Tracker, now: float, *, ended: bool = False, fatal: str | None = None
+) -> tuple[str, ...]:
+    """The errors the server went on after, one line each: rank, exception (or the line). FATAL: the
+    exception a crash ended on; the same error again (a chained traceback's other links:
+    'HFValidationError: X' under 'OSError: X') is that crash, never something it went on after."""
     lines = []
+    ended_on = _message(fatal) if fatal else None
     for event in tracker.survived_errors(now, ended=ended):
-        what = event.fields.get("exception") or event.text.strip()
+        what = str(event.fields.get("exception") or event.text.strip())
+        if ended_on and _message(what) == ended_on:
+            continue
         lines.append(f"{event.rank_label}: {what}"[:300])
     return tuple(lines)
 
@@ -206,12 +232,26 @@ def headline(result: UpResult) -> str:
     if result.verdict == "hung":
         return f"HUNG{phase}: no log line and no activity for {result.quiet_for_s:.0f} s"
     if result.verdict == "deadline":
-        return f"DEADLINE{phase}: still going after {result.limit_s:.0f} s (the profile's limit)"
+        whose = "your --deadline" if result.limit_by == "--deadline" else "the profile's"
+        return f"DEADLINE{phase}: still going after {result.limit_s:.0f} s ({whose} limit)"
     if result.verdict == "crashed":
         return f"CRASHED{phase}: {result.exception or 'the server stopped'}"
     if result.verdict == "failed":
         return f"FAILED: the server said ready but the first token failed: {result.exception}"
     return f"INTERRUPTED{phase}"
+
+
+def sglang_phases(startup_time: dict | None) -> str | None:
+    """`/server_info`'s startup_time as one line: SGLang's own phases, beside the kit's."""
+    if not startup_time:
+        return None
+    parts = []
+    for name, value in startup_time.items():
+        if isinstance(value, dict):
+            parts += [f"{name}.{k} {v:.1f} s" for k, v in value.items() if isinstance(v, int | float) and v]
+        elif isinstance(value, int | float):
+            parts.append(f"{name} {value:.1f} s")
+    return "SGLang's own (/server_info startup_time): " + ", ".join(parts) if parts else None
 
 
 def verdict_lines(result: UpResult) -> list[str]:
@@ -246,6 +286,10 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.extend(f"    {line[:160]}" for line in result.evidence[-6:])
     if result.verdict != "ready" and result.activity is not None:
         lines.append(f"  {result.activity.describe()}")
+    lines.extend(f"  {line}" for line in result.upstream)
+    unread = (result.counters or {}).get("unread") or ()
+    if result.verdict != "ready" and unread:
+        lines.append(f"  counters not readable here: {', '.join(unread)}")
     if result.gpu_error:
         lines.append(f"  gpu: {result.gpu_error}")
     for error in result.survived_errors[-3:]:

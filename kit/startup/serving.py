@@ -29,8 +29,6 @@ from kit.runtime.source import SourceState
 from kit.spec import LaunchSpec
 from kit.startup.watch import Watcher
 
-OnChange = Callable[["Change"], None]
-
 
 @dataclass(frozen=True)
 class Change:
@@ -40,6 +38,79 @@ class Change:
     state: ServingState
     since_ready_s: float
     container: str
+
+
+@dataclass(frozen=True)
+class ServingStatus:
+    """Where the serving watch stands at each step (a live status line; a JSON line per probe)."""
+
+    since_ready_s: float
+    verdict: str
+    why: str
+    probes: int
+    failed: int
+    latency_s: float | None  # the last answered probe's
+    in_flight_s: float | None  # how long the probe now out has waited
+    batches: int
+    tokens_per_s: float | None
+    ranks: tuple[tuple[str, str], ...]  # (rank, process state) from the last sample
+    changed_s_ago: float  # since the current verdict began
+
+    def line(self) -> str:
+        probe = "-" if self.latency_s is None else f"{self.latency_s:.2f} s"
+        if self.in_flight_s is not None and self.in_flight_s >= 1:
+            probe += f", one out for {self.in_flight_s:.0f} s"
+        tokens = "" if self.tokens_per_s is None else f", {self.tokens_per_s:.1f} tok/s"
+        ranks = ", ".join(f"{rank} {state}" for rank, state in self.ranks) or "unknown"
+        return (
+            f"serving {self.since_ready_s:.0f} s  {self.verdict.upper()}  probe {probe} "
+            f"({self.probes} sent, {self.failed} failed)  requests: {self.batches} batches{tokens}  "
+            f"ranks {ranks}  last change {self.changed_s_ago:.0f} s ago ({self.why})"
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "type": "serving-status",
+            "t": round(self.since_ready_s, 3),
+            "verdict": self.verdict,
+            "why": self.why,
+            "probes": self.probes,
+            "probes_failed": self.failed,
+            "probe_latency_s": self.latency_s,
+            "batches": self.batches,
+            "tokens_per_s": self.tokens_per_s,
+            "ranks": [{"rank": rank, "state": state} for rank, state in self.ranks],
+            "changed_s_ago": round(self.changed_s_ago, 1),
+        }
+
+
+@dataclass(frozen=True)
+class ReadyNotice:
+    """READY and its first token, said before the serving watch begins (the UpResult so far)."""
+
+    result: object
+
+
+ServingEvent = Change | ServingStatus | ReadyNotice
+OnChange = Callable[[ServingEvent], None]
+
+
+def status_of(state: ServingState, call: Call, since: float, now: float, ready_at: float) -> ServingStatus:
+    """The status at NOW of a watch whose current verdict (CALL) began at SINCE."""
+    answered = [p for p in state.probes if p.ok]
+    return ServingStatus(
+        since_ready_s=now - ready_at,
+        verdict=call.verdict.value,
+        why=call.why,
+        probes=len(state.probes),
+        failed=sum(not p.ok for p in state.probes),
+        latency_s=round(answered[-1].latency_s, 3) if answered else None,
+        in_flight_s=None if state.in_flight_since is None else now - state.in_flight_since,
+        batches=state.batches,
+        tokens_per_s=state.tokens_per_s,
+        ranks=tuple((rank, process) for rank, _pid, process in state.ranks),
+        changed_s_ago=max(0.0, now - since),
+    )
 
 
 class Prober:
@@ -150,14 +221,18 @@ class _Run:
 
     def follow(self, poll_s: float, for_s: float | None = None) -> tuple[Call, ServingState, bool]:
         first = True
+        since = self.ready_at
         while True:
             call = self.step()
             if first or call.verdict is not self.current.verdict:
                 first = False
+                since = call.at
                 if self.on_change is not None:
                     self.on_change(
                         Change(call, self.state, call.at - self.ready_at, self.watcher.source.name)
                     )
+            if self.on_change is not None:
+                self.on_change(status_of(self.state, call, since, call.at, self.ready_at))
             self.current = call
             if call.verdict in (Serving.HUNG, Serving.CRASHED):
                 return call, self.state, False
@@ -232,4 +307,15 @@ def as_verdict(call: Call, state: ServingState, watcher: Watcher, now: float) ->
     )
 
 
-__all__ = ["Change", "Prober", "as_verdict", "describe_end", "watch_container", "watch_serving"]
+__all__ = [
+    "Change",
+    "Prober",
+    "ReadyNotice",
+    "ServingEvent",
+    "ServingStatus",
+    "as_verdict",
+    "describe_end",
+    "status_of",
+    "watch_container",
+    "watch_serving",
+]

@@ -8,18 +8,20 @@ from collections.abc import Callable
 
 from docker.models.containers import Container
 
-from kit.diagnose.record import record_run
+from kit.diagnose.record import note_start, record_run
 from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.logs.activity import SampleHistory, series_rows
+from kit.logs.counters import readable_counters
 from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
 from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
-from kit.runtime.http import chat_first_token
-from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory
+from kit.runtime.http import chat_first_token, server_startup_time
+from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory, xid_note
 from kit.runtime.source import Source
+from kit.runtime.upstream import gather
 from kit.spec import LaunchSpec
 from kit.startup.overrun import DeadlinePolicy, DeadlineRow
 from kit.startup.result import (
@@ -33,7 +35,7 @@ from kit.startup.result import (
     verdict_name,
 )
 from kit.startup.server import start_server
-from kit.startup.serving import OnChange, ServingLimits, as_verdict, watch_serving
+from kit.startup.serving import OnChange, ReadyNotice, ServingLimits, as_verdict, watch_serving
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
@@ -47,6 +49,16 @@ def collect_stacks(source: Source) -> dict[str, RankStack]:
         if rank is not None:
             stacks[rank] = classify_stack(rank, proc.text, proc.pid)
     return stacks
+
+
+def with_upstream(result: UpResult, source: Source, watcher: Watcher) -> tuple[UpResult, dict[str, str]]:
+    """A verdict other than READY with the upstream tools' word (kit/runtime/upstream.py): SGLang's
+    soft watchdog from the log, NCCL RAS and the flight recorder asked where the server still runs;
+    and their raw answers for the bundle."""
+    if result.verdict == "ready":
+        return result, {}
+    found = gather(source, watcher.soft_watchdog.lines())
+    return _replace(result, upstream=found.lines()), found.files
 
 
 def _result(
@@ -79,9 +91,16 @@ def _result(
             verdict, tracker, stacks, device, extra.get("gpus"), watcher.environment_evidence()
         ),
         "activity": tracker.activity(),
-        "survived_errors": error_lines(tracker, now, ended=watcher.final_state is not None),
+        "survived_errors": error_lines(
+            tracker,
+            now,
+            ended=watcher.final_state is not None,
+            fatal=verdict.exception if isinstance(verdict, Crashed) else None,
+        ),
         "gpu_error": tracker.gpu_error,
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
+        "container_gone": bool(watcher.final_state is not None and watcher.final_state.gone),
+        "counters": None if tracker.last_sample is None else readable_counters(tracker.last_sample).as_dict(),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
@@ -95,7 +114,13 @@ def _result(
             limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
         )
     elif isinstance(verdict, Deadline):
-        fields.update(limit_s=verdict.limit_s, stuck_ranks=tracker.stuck_ranks(), evidence=tracker.evidence())
+        given = tracker.stage in tracker.limits.deadlines_given
+        fields.update(
+            limit_s=verdict.limit_s,
+            limit_by="--deadline" if given else "profile",
+            stuck_ranks=tracker.stuck_ranks(),
+            evidence=tracker.evidence(),
+        )
     elif isinstance(verdict, Crashed):
         fields.update(exception=verdict.exception, evidence=verdict.evidence)
     fields["deadlines_passed"] = deadline_rows(watcher, now)
@@ -144,6 +169,7 @@ def follow_source(
     with DEADLINE where the deadline is what is tested (DeadlinePolicy.VERDICT: the smoke tests).
     With `serve`, a READY server is then watched while it serves (kit/startup/serving.py) until it
     hangs or crashes, or until Ctrl-C / SIGTERM."""
+    note_start(session, spec.target, source.name)  # `kit bundle create --last` knows the newest start
     watcher = Watcher(source, limits, max_attempts=max_attempts, deadline_policy=deadline_policy)
     history = SampleHistory()
 
@@ -161,6 +187,9 @@ def follow_source(
     result = _result(
         spec.target, spec.image, source.name, verdict, watcher, now, stacks, spec.device, gpus=inventory
     )
+    if isinstance(verdict, Ready) and source.base_url:
+        said = server_startup_time(source.base_url, transport=source.http_transport(), api_key=api_key)
+        result = _replace(result, sglang_startup_time=said)
     if isinstance(verdict, Ready) and first_token and source.base_url:
         try:
             token = chat_first_token(
@@ -194,9 +223,10 @@ def follow_source(
             history=history,
         )
     result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
+    result, upstream = with_upstream(result, source, watcher)
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
-        recorded = record_run(session, source, spec, limits, stacks, jsonable(result))
+        recorded = record_run(session, source, spec, limits, stacks, jsonable(result), upstream=upstream)
         result = _replace(
             result,
             diagnostics=str(recorded.folder),
@@ -222,6 +252,8 @@ def serve_ready(
     result with the serving counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for
     HUNG), to be recorded."""
     source = watcher.source
+    if on_change is not None:
+        on_change(ReadyNotice(ready))  # READY and its first token, said before the serving watch
     call, state, _interrupted = watch_serving(
         watcher,
         limits,
@@ -280,8 +312,10 @@ def follow_container(
             serve=serve,
             on_serving=on_serving,
         )
-        lost = lost_note(gpus)  # a GPU lost during the start (a P2P hang can do it) is part of the verdict
-        return _replace(result, notes=(*result.notes, lost)) if lost else result
+        # A GPU lost during the start (a P2P hang can do it) is part of the verdict; so is where its
+        # Xid evidence came from (NVML's events only count from their registration).
+        notes = tuple(note for note in (lost_note(gpus), xid_note(gpus)) if note)
+        return _replace(result, notes=(*result.notes, *notes)) if notes else result
     finally:
         source.close()
         if gpus is not None:

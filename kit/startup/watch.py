@@ -26,9 +26,18 @@ from kit.logs import (
     Tracker,
     Verdict,
 )
+from kit.logs.soft_watchdog import SoftWatchdogReader
 from kit.proxyenv import ProxyGap, loopback_gap
 from kit.runtime.source import Source, SourceState
-from kit.startup.overrun import DeadlinePolicy, LoadProgress, Overrun, load_progress, still_moving
+from kit.startup.overrun import (
+    DeadlinePolicy,
+    LoadProgress,
+    Overrun,
+    ShardBar,
+    load_progress,
+    shard_bar,
+    still_moving,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class Progress:
     attempt: int = 1  # launch attempts seen (a supervisor restarting the server starts another)
     overruns: tuple[Overrun, ...] = ()  # stages that passed their deadline and went on, in order
     read_at_stage_start: int | None = None  # the read counter when the current stage began
+    shards: ShardBar | None = None  # SGLang's shard bar, its newest drawing in this attempt
 
     @property
     def overrun(self) -> Overrun | None:
@@ -58,7 +68,7 @@ class Progress:
         """Bytes read in the load stage against `total_bytes` (the checkpoint's size), rate, ETA."""
         if self.tracker.stage != "load":
             return None
-        return load_progress(self.tracker.samples, self.read_at_stage_start, total_bytes)
+        return load_progress(self.tracker.samples, self.read_at_stage_start, total_bytes, self.shards)
 
     @property
     def elapsed(self) -> float:
@@ -118,6 +128,8 @@ class Watcher:
         self.overruns: list[Overrun] = []
         self._stage_key: tuple[int, str] | None = None  # (attempt, stage) the read baseline is for
         self._read_at_stage_start: int | None = None
+        # SGLang's shard bar as last drawn (the load's progress), with the attempt that drew it.
+        self._shards: tuple[int, ShardBar] | None = None
         self.parser = LogParser()
         self.attempts = Attempts.start(limits, source.started_at)
         self.max_attempts = max_attempts
@@ -140,6 +152,8 @@ class Watcher:
         self.proxy_gap: ProxyGap | None = loopback_gap(source.environment() or {})
         self._http_up_at: float | None = None
         self._warmup_request_seen = False
+        # SGLang's soft watchdog (every render arms it): its dumps are evidence, never progress.
+        self.soft_watchdog = SoftWatchdogReader()
         # What happened before the watch began is known only from the log: activity cannot be
         # judged before the first sample, so quiet time counts from the watch's start at the earliest.
         self._ingest(source.read())
@@ -162,7 +176,12 @@ class Watcher:
         for t, line in timed_lines:
             self.lines.append(line)
             self.line_count += 1
+            bar = shard_bar(line)
+            if bar is not None:
+                self._shards = (self.attempts.number, bar)
             found = self.parser.feed(line)
+            if self.soft_watchdog.feed(line):
+                continue  # kept in `lines` and by the reader; a stalled start must not look alive
             self.attempts = self.attempts.observe_line(t, line).observe_events(found, t)
             events.extend(found)
             if _WARMUP_REQUEST in line:
@@ -266,8 +285,15 @@ class Watcher:
             self.attempts.number,
             tuple(self.overruns),
             self._read_at_stage_start,
+            self._load_shards(),
         )
         return progress, verdict
+
+    def _load_shards(self) -> ShardBar | None:
+        """The shard bar of this attempt's load, while it loads."""
+        if self._shards is None or self.tracker.stage != "load" or self._shards[0] != self.attempts.number:
+            return None
+        return self._shards[1]
 
     def _mark_stage(self) -> None:
         """Keep the read counter as it stood when the current stage began (the load's bytes read)."""

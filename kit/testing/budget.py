@@ -2,6 +2,7 @@
 
     python -m kit.testing.budget qwen-base            minutes for one smoke job of that target
     python -m kit.testing.budget qwen-tiny qwen-tiny-mtp --extra 15
+    python -m kit.testing.budget qwen-mtp --starts 3     three cold starts (two `kit up`, the smoke's)
 
 A start that stays within every phase deadline is READY after at most the sum of them; the smoke then
 makes a bounded number of requests, each within the first-token deadline (plus its own answer time),
@@ -24,7 +25,7 @@ SETUP_S = 15 * 60
 step timeout of its own)."""
 REQUESTS = 12
 """Upper bound on the smoke's requests per start: two first tokens, health, greedy twice, structured
-output, tool call, the greedy reference, the acceptance length's request, /server_info, the window's."""
+output, tool call, the greedy reference, the acceptance length's requests, the window's."""
 ANSWER_S = 60.0
 """What a request may take beyond its first token (the longest answer is a 96-token JSON)."""
 
@@ -39,9 +40,16 @@ def smoke_s(spec: LaunchSpec) -> float:
     return startup_s(spec) + REQUESTS * (spec.timing.deadlines["first_token"] + ANSWER_S) + window
 
 
-def job_minutes(specs: Sequence[LaunchSpec], *, extra_minutes: int = 0) -> int:
-    """Minutes for a job that sets up once and smoke-tests each of SPECS in turn."""
-    return math.ceil((SETUP_S + sum(smoke_s(s) for s in specs)) / 60) + extra_minutes
+def cold_start_s(spec: LaunchSpec) -> float:
+    """One more start of SPEC from nothing to its first token (`kit up`), within its deadlines."""
+    return startup_s(spec) + spec.timing.deadlines["first_token"]
+
+
+def job_minutes(specs: Sequence[LaunchSpec], *, extra_minutes: int = 0, starts: int = 1) -> int:
+    """Minutes for a job that sets up once and smoke-tests each of SPECS in turn, each started cold
+    STARTS times in all (the smoke's own start and STARTS - 1 `kit up` before it)."""
+    extra = sum((starts - 1) * cold_start_s(s) for s in specs)
+    return math.ceil((SETUP_S + extra + sum(smoke_s(s) for s in specs)) / 60) + extra_minutes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,8 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kit.testing.budget", description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="+")
     parser.add_argument("--extra", type=int, default=0, help="minutes for other tests in the same job")
+    parser.add_argument(
+        "--starts", type=int, default=1, help="cold starts of each target, the smoke's included"
+    )
     args = parser.parse_args(argv)
-    print(job_minutes([resolve(t) for t in args.targets], extra_minutes=args.extra))
+    print(job_minutes([resolve(t) for t in args.targets], extra_minutes=args.extra, starts=args.starts))
     return 0
 
 

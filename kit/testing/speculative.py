@@ -7,15 +7,13 @@
   hybrid GDN models with NEXTN (token id 0 loops, sglang#36537) differ at once.
 - **SGLang's acceptance length**, printed and held to the profile's floor (smoke.min_accept_length,
   default 1.0: accepted drafts + 1 per verify step can only be lower when something is broken).
-  Where 0.5.23 reports it (read from the sglang-0.5.23 wheel):
-    /server_info -> internal_states[i]["avg_spec_accept_length"]
-        srt/entrypoints/http_server.py `server_info` gathers the schedulers' internal states;
-        srt/managers/scheduler_components/internal_state.py `_add_speculative` adds the key:
-        accepted tokens / verify steps since start (metrics_reporter counters)
-    /metrics -> gauge `sglang:spec_accept_length` (only with --enable-metrics)
-        srt/observability/metrics_collector.py, set at every decode log interval
-    /generate meta_info["spec_accept_length"] per request
-        srt/managers/tokenizer_manager.py: completion_tokens / spec_verify_ct
+  Read from each response's own meta_info (0.5.23, srt/managers/tokenizer_manager.py
+  `_calculate_spec_decoding_metrics`): `spec_accept_length` = completion_tokens / spec_verify_ct of
+  that request, with `spec_verify_ct` and `completion_tokens` beside it: exact, and there on the
+  first response. Not /server_info's `internal_states[].avg_spec_accept_length` nor /metrics'
+  `sglang:spec_accept_length` (which needs --enable-metrics): the scheduler refreshes those totals
+  every 40th decode step (`decode_log_interval`, scheduler_components/metrics_reporter.py), so a
+  short start reads none, or a value up to 39 steps old.
 
 On a random-weight model (qwen-tiny-mtp) both need care:
 
@@ -34,8 +32,11 @@ On a random-weight model (qwen-tiny-mtp) both need care:
   kernels/ops/speculative/simulated_accept.py) every verify step then accepts L tokens (method
   `match-expected`: floor(L) or floor(L)+1 with the fraction as weight, clamped to steps + 1): the
   first L-1 are the draft's own tokens (topk 1), the last the target's token at that position. The
-  reported acceptance length must lie within `smoke.accept_length_tolerance` of L; the greedy
-  comparison does not apply there (forced drafts change the text).
+  responses' own acceptance (three requests, their tokens over their verify steps) must lie within
+  `smoke.accept_length_tolerance` of L: each request's first token comes from prefill, not a verify
+  step, and its last step may be cut by max_new_tokens (16 tokens at L=3 read 16/5 = 3.2, 32 read 32/11)
+  (tests/smoke/test_simulated_acceptance_docker.py runs that accounting through 0.5.23's own code on
+  CPU); the greedy comparison does not apply there (forced drafts change the text).
 
 The reference lives in the kit's cache (~/.cache/kit/smoke/greedy/), keyed by model, revision, image,
 profile, TP, prompt and length, so the base and MTP starts may be separate jobs (the nightly workflow
@@ -53,12 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from kit import paths
 from kit.catalog import Smoke, load_catalog
 from kit.errors import CheckFailed
-from kit.runtime.http import server_get
 from kit.spec import LaunchSpec
 from kit.testing import answers
 from kit.testing.checks import CheckResult
@@ -276,88 +274,200 @@ def tie_gap(record: dict[str, Any], at: int) -> float | None:
 # -- acceptance length ---------------------------------------------------------------------------------
 
 
-def accept_length_from_server_info(document: Any) -> float | None:
-    """The mean of internal_states[*].avg_spec_accept_length (one state per DP rank), or None."""
-    states = document.get("internal_states") if isinstance(document, dict) else None
-    values = [
-        float(s["avg_spec_accept_length"])
-        for s in states or ()
-        if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
-    ]
-    return sum(values) / len(values) if values else None
+@dataclass(frozen=True)
+class Acceptance:
+    """One response's own acceptance, as SGLang 0.5.23 computes it for that request
+    (srt/managers/tokenizer_manager.py `_calculate_spec_decoding_metrics`): its completion tokens over
+    its verify steps (the bonus token included)."""
+
+    length: float
+    """meta_info["spec_accept_length"] = completion_tokens / spec_verify_ct."""
+    verify_steps: int | None
+    """meta_info["spec_verify_ct"]."""
+    tokens: int | None
+    """meta_info["completion_tokens"]."""
 
 
-_GAUGE = re.compile(r"^sglang:spec_accept_length(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+def acceptance_of(meta: dict[str, Any] | None) -> Acceptance | None:
+    """The response's own acceptance from its meta_info, or None where SGLang wrote none (a server
+    without speculative decoding, or a request with no verify step)."""
+    meta = meta or {}
+    length = meta.get("spec_accept_length")
+    if not isinstance(length, int | float) or isinstance(length, bool):
+        return None
+
+    def count(key: str) -> int | None:
+        value = meta.get(key)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return Acceptance(float(length), count("spec_verify_ct"), count("completion_tokens"))
 
 
-def accept_length_from_metrics(text: str) -> float | None:
-    """The Prometheus gauge sglang:spec_accept_length (the mean over its label sets), or None."""
-    values = [float(v) for v in _GAUGE.findall(text)]
-    values = [v for v in values if v > 0]  # 0 until the first decode log interval
-    return sum(values) / len(values) if values else None
+def pooled(acceptances: list[Acceptance]) -> float:
+    """Several requests' acceptance as one: all their tokens over all their verify steps (each
+    request's mean where a count is missing)."""
+    if all(a.verify_steps and a.tokens is not None for a in acceptances):
+        return sum(a.tokens or 0 for a in acceptances) / sum(a.verify_steps or 0 for a in acceptances)
+    return sum(a.length for a in acceptances) / len(acceptances)
 
 
-def read_accept_length(base_url: str, spec: LaunchSpec) -> tuple[float | None, str]:
-    headers = answers._headers(spec)
-    try:
-        info = server_get(f"{base_url}/server_info", headers=headers)
-        if info.status_code == 200:
-            value = accept_length_from_server_info(info.json())
-            if value is not None:
-                return value, "/server_info internal_states avg_spec_accept_length"
-        metrics = server_get(f"{base_url}/metrics", headers=headers)
-        if metrics.status_code == 200:
-            value = accept_length_from_metrics(metrics.text)
-            if value is not None:
-                return value, "/metrics sglang:spec_accept_length"
-    except (httpx.HTTPError, ValueError) as exc:
-        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
-    return None, "neither /server_info's internal states nor /metrics report it"
+NOT_REPORTED = (
+    "the response's meta_info has no spec_accept_length (SGLang 0.5.23 writes it on every response "
+    "with a verify step: srt/managers/tokenizer_manager.py _calculate_spec_decoding_metrics)"
+)
+SOURCE = "each response's meta_info spec_accept_length"
+
+
+def _requests(base_url: str, spec: LaunchSpec, count: int) -> list[Acceptance] | str:
+    """COUNT greedy requests' own acceptance, or why not (a failed request, or none reported)."""
+    found = []
+    for _ in range(count):
+        try:
+            answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
+        except CheckFailed as exc:
+            return exc.one_line()
+        accepted = acceptance_of(answer.meta)
+        if accepted is None:
+            return f"not reported: {NOT_REPORTED}"
+        found.append(accepted)
+    return found
 
 
 def accept_length(base_url: str, spec: LaunchSpec) -> CheckResult:
-    """SGLang's average acceptance length, after at least one greedy request, against the floor; in
-    a start under SGLang's simulation (simulated_length), against the simulated length instead."""
+    """SGLang's acceptance length for a greedy request (its response's own figure, exact: not
+    /server_info's totals, which the scheduler refreshes every 40th decode step, decode_log_interval
+    in scheduler_components/metrics_reporter.py) against the floor; in a start under SGLang's
+    simulation (simulated_length), several requests' against the simulated length instead."""
     name = "speculative acceptance length"
     simulated = simulated_length(spec)
     if simulated is not None:
         return _near_simulated(base_url, spec, simulated)
     floor = smoke_of(spec).min_accept_length or MIN_ACCEPT_LENGTH
-    try:  # decode steps to measure: the greedy request of the reference check may not have run
-        answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
-    except CheckFailed as exc:
-        return CheckResult(name, False, exc.one_line())
-    value, source = read_accept_length(base_url, spec)
-    if value is None:
-        return CheckResult(name, False, f"not reported: {source}")
-    per_request = answer.meta.get("spec_accept_length")
-    aside = f"; this request {per_request:.2f}" if isinstance(per_request, int | float) else ""
-    detail = f"{value:.2f} (floor {floor:g}) from {source}{aside}"
-    return CheckResult(name, value >= floor, detail)
+    found = _requests(base_url, spec, 1)
+    if isinstance(found, str):
+        return CheckResult(name, False, found)
+    (accepted,) = found
+    detail = f"{accepted.length:.2f} (floor {floor:g}) from {SOURCE}{_counts([accepted])}"
+    return CheckResult(name, accepted.length >= floor, detail)
+
+
+def _counts(acceptances: list[Acceptance]) -> str:
+    if not all(a.verify_steps and a.tokens is not None for a in acceptances):
+        return ""
+    tokens = sum(a.tokens or 0 for a in acceptances)
+    steps = sum(a.verify_steps or 0 for a in acceptances)
+    return f" ({tokens} tokens / {steps} verify steps)"
 
 
 def _near_simulated(base_url: str, spec: LaunchSpec, simulated: float) -> CheckResult:
-    name = "simulated acceptance length"
     expected = expected_accept_length(simulated, spec)
-    tolerance = smoke_of(spec).accept_length_tolerance
-    try:  # a few requests: the server-wide average then rests on tens of verify steps, not one
-        answer = None
-        for _ in range(3):
-            answer = answers.greedy(base_url, spec, smoke_of(spec).greedy_tokens, timeout_s=_timeout(spec))
-    except CheckFailed as exc:
-        return CheckResult(name, False, exc.one_line())
-    value, source = read_accept_length(base_url, spec)
-    if value is None:
-        return CheckResult(name, False, f"not reported: {source}")
-    return judge_simulated(value, expected, tolerance, source, None if answer is None else answer.meta)
+    # A few requests: a fractional length is drawn per verify step, so one short request varies.
+    found = _requests(base_url, spec, 3)
+    if isinstance(found, str):
+        return CheckResult("simulated acceptance length", False, found)
+    return judge_simulated(found, expected, smoke_of(spec).accept_length_tolerance)
 
 
-def judge_simulated(
-    value: float, expected: float, tolerance: float, source: str, meta: dict[str, Any] | None = None
-) -> CheckResult:
-    """Pure: SGLang's reported acceptance length against the simulated one."""
-    per_request = (meta or {}).get("spec_accept_length")
-    aside = f"; last request {per_request:.2f}" if isinstance(per_request, int | float) else ""
+def judge_simulated(acceptances: list[Acceptance], expected: float, tolerance: float) -> CheckResult:
+    """Pure: the responses' own acceptance (pooled) against the simulated length."""
+    value = pooled(acceptances)
     ok = abs(value - expected) <= tolerance
-    detail = f"{value:.2f} reported, {expected:g} simulated (within {tolerance:g}: {ok}) from {source}{aside}"
+    each = ", ".join(f"{a.length:.2f}" for a in acceptances)
+    detail = (
+        f"{value:.2f} reported, {expected:g} simulated (within {tolerance:g}: {ok}) from {SOURCE}"
+        f"{_counts(acceptances)}; per request {each}"
+    )
     return CheckResult("simulated acceptance length", ok, detail)
+
+
+# -- acceptance under KV pressure ---------------------------------------------------------------------
+
+# What sglang#36537 saw on a hybrid GDN model with NEXTN and the radix cache: healthy (accept len
+# 1.78-2.59) up to full token usage 0.4, every draft rejected (1.00) from 0.6 on. The window fills the
+# KV cache past REACH and holds SGLang's own per-interval acceptance there to the low-usage one.
+KV_PRESSURE_REACH = 0.6
+KV_PRESSURE_FILL = 0.85  # of max_total_num_tokens, spread over the window's requests
+KV_PRESSURE_REQUESTS = 16
+KV_PRESSURE_DECODE = 256  # tokens each request decodes: several decode log intervals (40 steps)
+KV_PRESSURE_KEEP = 0.6  # acceptance at high usage must keep this share of the low-usage one
+# The scheduler's decode line (0.5.23 srt/managers/scheduler_components/metrics_reporter.py, every
+# decode_log_interval steps, with pool_stats_observer.py's usage parts):
+#   Decode batch, #running-req: 9, full token usage: 0.57, mamba num: 35, accept len: 1.00, ...
+_DECODE_USAGE = re.compile(r"Decode batch.*?\bfull token usage: ([0-9.]+).*?\baccept len: ([0-9.]+)")
+
+
+def decode_samples(lines: list[str]) -> list[tuple[float, float]]:
+    """(full token usage, accept len) of each scheduler decode line, in order."""
+    return [(float(u), float(a)) for line in lines for u, a in _DECODE_USAGE.findall(line)]
+
+
+def judge_kv_pressure(
+    samples: list[tuple[float, float]],
+    floor: float,
+    *,
+    reach: float = KV_PRESSURE_REACH,
+    keep: float = KV_PRESSURE_KEEP,
+) -> CheckResult:
+    """Pure: SGLang's own acceptance as the KV cache fills. Fails when the window never passed
+    `reach`, or when acceptance at or past it falls under the floor or under `keep` of the
+    acceptance below half of it (sglang#36537's collapse: 2.59 -> 1.00 at 0.6)."""
+    name = "acceptance under KV pressure"
+    if not samples:
+        return CheckResult(name, False, "no scheduler decode line with 'full token usage' and 'accept len'")
+    top = max(u for u, _ in samples)
+    if top < reach:
+        return CheckResult(
+            name, False, f"the window filled the KV cache to {top:.2f} only, not past {reach:g}"
+        )
+    low = [a for u, a in samples if u < reach / 2]
+    high = [(u, a) for u, a in samples if u >= reach]
+    base = sum(low) / len(low) if low else None
+    want = max(floor, keep * base) if base is not None else floor
+    worst = min(high, key=lambda s: s[1])
+    ok = worst[1] >= want
+    said = f"{base:.2f} below usage {reach / 2:g}" if base is not None else "no low-usage interval"
+    detail = (
+        f"accept len {worst[1]:.2f} at full token usage {worst[0]:.2f} (lowest of {len(high)} intervals past "
+        f"{reach:g}, top {top:.2f}); {said}; held to {want:.2f}"
+    )
+    return CheckResult(name, ok, detail)
+
+
+def kv_pressure_window(base_url: str, spec: LaunchSpec, container: Any) -> CheckResult:
+    """SGLang's own acceptance (its decode lines) at a low KV usage, then with the KV cache filled
+    past KV_PRESSURE_REACH by concurrent requests with distinct long prompts (prefill fills it fast;
+    distinct, so the radix cache cannot share them), each decoding KV_PRESSURE_DECODE tokens there.
+    GPU only; the judge is judge_kv_pressure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kit.runtime.http import server_get
+
+    name = "acceptance under KV pressure"
+    info = server_get(f"{base_url}/server_info", headers=answers._headers(spec)).json()
+    total = int(info.get("max_total_num_tokens") or 0)
+    if total <= 0:
+        return CheckResult(name, False, "/server_info gave no max_total_num_tokens")
+    per_request = int(total * KV_PRESSURE_FILL / KV_PRESSURE_REQUESTS)
+    since = int(time.time()) - 1
+
+    def ask(prompt: str) -> answers.Greedy:
+        return answers.greedy(
+            base_url, spec, KV_PRESSURE_DECODE, prompt=prompt, timeout_s=_timeout(spec) + per_request / 500
+        )
+
+    phases = (
+        [answers.PROMPT] * 4,  # low usage: the acceptance to hold to
+        # ~3 tokens a word ("12-345"): distinct numbers per request, so no shared prefix
+        [" ".join(f"{i}-{k}" for k in range(per_request // 3)) for i in range(KV_PRESSURE_REQUESTS)],
+    )
+    for prompts in phases:
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            jobs = [pool.submit(ask, prompt) for prompt in prompts]
+            failed = [str(exc) for job in jobs if (exc := job.exception()) is not None]
+        if failed:
+            return CheckResult(
+                name, False, f"{len(failed)} of {len(prompts)} requests failed: {failed[0][:160]}"
+            )
+    lines = container.logs(since=since).decode("utf-8", "replace").splitlines()
+    floor = smoke_of(spec).min_accept_length or MIN_ACCEPT_LENGTH
+    return judge_kv_pressure(decode_samples(lines), floor)

@@ -22,13 +22,29 @@ from kit.catalog import read_toml
 from kit.catalog._errors import translate as _schema_error
 from kit.dialects import Rule, matches
 from kit.launch import Resolved, resolve_full
+from kit.model.cache import fetched_file
 from kit.proxyenv import NO_PROXY_FIX, loopback_gap
+from kit.spec import CONTAINER_HF_CACHE
 from kit.validate._memory import MemoryFit, memory_fit
 from kit.validate._parallel import Split, broken_splits, splits_from_facts, splits_of
 
-__all__ = ["Finding", "MemoryFit", "ValidationReport", "findings_for", "memory_fit", "validate"]
+__all__ = [
+    "Finding",
+    "MemoryFit",
+    "ValidationReport",
+    "findings_for",
+    "memory_fit",
+    "model_config",
+    "validate",
+]
 
 PITFALLS = Path(__file__).resolve().parent / "pitfalls.toml"
+# The model folders the kit's images hold, by flavor (the Dockerfile: qwen-tiny in every image, tiny
+# in the CPU rehearsal only; tests/validate holds this table to it).
+IMAGE_MODELS: dict[str, tuple[str, ...]] = {
+    "cpu": ("/opt/kit/models/tiny", "/opt/kit/models/qwen-tiny"),
+    "cuda": ("/opt/kit/models/qwen-tiny",),
+}
 CPU_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
@@ -96,12 +112,34 @@ def _config_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _splits(r: Resolved) -> tuple[Split, ...]:
-    """What the launch splits over TP: the model's config.json (the catalog checked it parses), else facts."""
+def model_config(r: Resolved) -> tuple[Path | None, str]:
+    """The config.json the launch's model has: the real one where `kit model fetch` has put the pinned
+    snapshot in the HF cache, else the catalog's (partly estimated for qwen-base; its sources say
+    which keys), else none. Returns (path, what it is)."""
+    spec = r.spec
+    fetched = fetched_file(spec.hf_cache, spec.hf_repo, spec.hf_revision, "config.json")
+    if fetched is not None:
+        return fetched, f"the fetched config.json ({spec.hf_repo}@{(spec.hf_revision or '')[:8]})"
     if r.model.config_path is not None:
-        return splits_of(_config_json(r.model.config_path))
+        return r.model.config_path, f"the catalog's config.json ({r.model.config_path.name})"
+    return None, "the catalog's facts (no config.json)"
+
+
+def _splits(r: Resolved) -> tuple[tuple[Split, ...], str]:
+    """What the launch splits over TP, and what that was read from."""
+    path, what = model_config(r)
+    if path is not None:
+        try:
+            return splits_of(_config_json(path)), what
+        except (OSError, ValueError):  # a fetched file is not the catalog's: it may be unreadable
+            if path == r.model.config_path:
+                raise
+            what = f"the catalog's facts ({path} did not parse)"
     facts = r.model.facts
-    return splits_from_facts(facts.attention_heads, facts.kv_heads, facts.linear_value_heads)
+    splits = splits_from_facts(
+        facts.attention_heads, facts.kv_heads, facts.linear_value_heads, facts.linear_key_heads
+    )
+    return splits, what
 
 
 def _bind_findings(r: Resolved) -> list[Finding]:
@@ -126,11 +164,40 @@ def _bind_findings(r: Resolved) -> list[Finding]:
     ]
 
 
+def model_path_findings(r: Resolved) -> list[Finding]:
+    """A model path that is a folder (not a Hub id) must be one the image holds or one a mount of
+    the launch reaches (the HF cache); anything else SGLang takes for a Hugging Face repo id and
+    stops on: huggingface_hub's validate_repo_id, 'Repo id must use alphanumeric chars ...'."""
+    spec = r.spec
+    path = spec.model_path
+    if spec.hf_repo or not path.startswith("/"):
+        return []
+    held = IMAGE_MODELS.get(spec.device, ())
+    mounts = (CONTAINER_HF_CACHE,) if spec.hf_cache else ()
+    if any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in (*held, *mounts)):
+        return []
+    return [
+        Finding(
+            "model-path-missing",
+            "error",
+            f"model path {path} is no folder of image {spec.image} (it holds {', '.join(held) or 'none'}) "
+            "and no mount of this launch reaches it: SGLang would take it for a Hugging Face repo id "
+            "and stop ('Repo id must be in the form ...' or '... must use alphanumeric chars')",
+            f"point the model's path (kit/catalog/models/) at one of {', '.join(held) or 'its folders'}, "
+            "or give its hf_id and fetch it (kit model fetch)",
+            "sglang 0.5.23 srt/utils/hf_transformers/config.py get_config -> srt/configs/model_config.py "
+            "load_pointer_head -> transformers cached_file: a path that is no folder is a repo id "
+            "(tests/fixtures/kit-logs/sglang-0.5.23-cpu-missing-model-path.log)",
+        )
+    ]
+
+
 def _parallel_findings(r: Resolved) -> list[Finding]:
     tp, device = r.profile.tp, r.spec.device
+    splits, read_from = _splits(r)
     found = [
-        Finding(b.split.id, "error", b.message, b.fix, b.split.source)
-        for b in broken_splits(_splits(r), tp, r.spec.argv, device)
+        Finding(b.split.id, "error", f"{b.message} (read from {read_from})", b.fix, b.split.source)
+        for b in broken_splits(splits, tp, r.spec.argv, device)
     ]
     found += _bind_findings(r)
     if r.spec.device == "cuda":
@@ -149,7 +216,7 @@ def _parallel_findings(r: Resolved) -> list[Finding]:
 
 
 def findings_for(r: Resolved) -> tuple[list[Finding], MemoryFit | None]:
-    findings = _parallel_findings(r)
+    findings = [*model_path_findings(r), *_parallel_findings(r)]
     fit = None
     if r.spec.device == "cuda" and r.hardware is not None:
         fit = memory_fit(r.model.facts, r.profile, r.hardware, r.translation.facts.get("mamba_cache"))

@@ -161,6 +161,22 @@ def test_bundle_create_last_takes_the_newest_run(kit_cache, tmp_path):
         assert any(name.endswith("/startup.svg") for name in tar.getnames())
 
 
+def test_bundle_create_last_says_which_run_and_never_passes_an_older_one_off_as_the_newest_start(
+    kit_cache, tmp_path
+):
+    hung = run_scenario("init-hang-tp4").result
+    made = kit_json("bundle", "create", "--last", "-o", str(tmp_path / "last.tar.gz"))
+    run = Path(hung.diagnostics).name
+    assert made["run"].startswith(f"run {run} (qwen-base, HUNG), recorded 20"), made["run"]
+    assert run_scenario("harmless-traceback-load").result.verdict == "ready"  # a start that records no run
+    done = kit("bundle", "create", "--last", "-o", str(tmp_path / "older.tar.gz"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "the newest start, replay-harmless-traceback-load" in done.stderr
+    assert f"kit bundle create {run}" in done.stderr and not (tmp_path / "older.tar.gz").exists()
+    named = kit_json("bundle", "create", run, "-o", str(tmp_path / "named.tar.gz"))  # named: taken
+    assert read_bundle(named["bundle"]).result["container"] == hung.container
+
+
 @pytest.mark.docker
 def test_repro_plan_prints_the_plan_and_starts_nothing(hung_bundle):
     """`kit repro --plan`: the plan (the engine is asked which images it has), then exit; no container."""

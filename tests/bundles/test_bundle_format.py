@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tarfile
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from bundle_helpers import HUNG_RESULT, hung_input
 
@@ -170,3 +171,21 @@ def test_the_picture_draws_the_activity_a_never_seen_rank_and_earlier_attempts()
     assert texts.count("HUNG in init") == 0 and texts.count(title) == 1  # the title is not repeated
     plain = ET.fromstring(svg_of_result({"timeline": HUNG_RESULT["timeline"]}, title="t", verdict="HUNG"))
     assert [t.text for t in plain.iter("{http://www.w3.org/2000/svg}text")][1] == "HUNG"
+
+
+def test_the_picture_has_a_serving_row_for_a_log_with_a_serving_stretch():
+    # sgl-project/sglang#31103: a decode batch with MTP acceptance, then the scheduler's crash.
+    from kit.diagnose.picture import svg_of_result
+    from kit.logs import analyze_path
+    from kit.output import jsonable
+
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-logs"
+    report = analyze_path(next(log.glob("56_*.log")), accept_floor=1.5)
+    svg = svg_of_result({"timeline": [], "serving_stretch": jsonable(report.serving)}, title="t", verdict="v")
+    root = ET.fromstring(svg)
+    rows = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "serving"]
+    assert len(rows) == 1 and "accept_len 3.36" in (
+        rows[0].findtext("{http://www.w3.org/2000/svg}title") or ""
+    )
+    assert "above floor 1.5" in svg
+    assert 'class="serving"' not in svg_of_result({"timeline": []}, title="t", verdict="v")

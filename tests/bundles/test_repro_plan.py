@@ -20,7 +20,9 @@ ID = "sha256:" + "ab" * 32
 API_KEY = "sk-kit-0123456789abcdef"
 
 
-def a_bundle(tmp_path, *, image: dict | None = None, runtime_env: dict | None = None, overrides=()):
+def a_bundle(
+    tmp_path, *, image: dict | None = None, runtime_env: dict | None = None, overrides=(), result=None
+):
     spec = resolve("tiny", overrides=list(overrides))
     limits = limits_from_spec(spec, stall_windows={"init": 8})
     spec = spec.model_copy(update={"argv": (*spec.argv, "--api-key", API_KEY)})
@@ -34,7 +36,7 @@ def a_bundle(tmp_path, *, image: dict | None = None, runtime_env: dict | None = 
         "image": image if image is not None else {"name": "sglang-0.5.23-cpu", "tag": TAG, "id": ID},
         "launch": facts.launch_of_spec(spec, limits, env, "test"),
     }
-    bundle = hung_input(fingerprint=fingerprint)
+    bundle = hung_input(fingerprint=fingerprint, **({"result": result} if result else {}))
     redactor = Redactor.for_launch({**spec.env, **env}, list(spec.argv))
     return read_bundle(write_bundle(tmp_path / "b.tar.gz", bundle.name, build_members(bundle, redactor)))
 
@@ -159,3 +161,21 @@ def test_reproduced_means_the_same_verdict_phase_and_stuck_ranks(replay, reprodu
     same, rows = compare(HUNG_RESULT, replay)
     assert same is reproduced
     assert [r.what for r in rows] == ["verdict", "phase", "stuck ranks"]
+
+
+def test_the_plan_lists_the_deadlines_and_says_whether_they_decide_the_verdict(tmp_path):
+    """A DEADLINE bundle replays under the strict policy (kit/startup/replay.py): its deadlines decide."""
+    from bundle_helpers import HUNG_RESULT
+
+    from kit.diagnose.replay_plan import plan_lines, plan_view
+
+    hung = plan_of(a_bundle(tmp_path), environ={})
+    text = "\n".join(plan_lines(plan_view(hung, [], {})))
+    assert "  deadlines  launch 600 s, init 60 s, load " in text
+    assert "said when passed, not a verdict (HUNG and CRASHED decide)" in text
+    late = {**HUNG_RESULT, "verdict": "deadline", "exit_code": 5}
+    (tmp_path / "late").mkdir()
+    strict = plan_of(a_bundle(tmp_path / "late", result=late), environ={})
+    view = plan_view(strict, [], {})
+    assert view["limits"]["deadlines_decide"] is True
+    assert "they decide the verdict (the bundle ended at one: DEADLINE)" in "\n".join(plan_lines(view))

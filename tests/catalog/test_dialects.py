@@ -59,7 +59,8 @@ def test_the_model_cards_flags_on_every_release(image):
     for flag, value in [("--tp-size", "4"), ("--context-length", "262144"), ("--mem-fraction-static", "0.8"),
                         ("--reasoning-parser", "qwen3"), ("--speculative-algorithm", "NEXTN"),
                         ("--speculative-num-steps", "3"), ("--speculative-eagle-topk", "1"),
-                        ("--speculative-num-draft-tokens", "4"), ("--watchdog-timeout", "1200")]:  # fmt: skip
+                        ("--speculative-num-draft-tokens", "4"), ("--watchdog-timeout", "1200"),
+                        ("--soft-watchdog-timeout", "600")]:  # the longest stall window (load)  # fmt: skip
         assert _value(spec.argv, flag) == value
     assert (spec.device, spec.gpus, spec.ranks, spec.ipc_host) == ("cuda", 4, 4, True)
     assert spec.ulimits == {"memlock": -1, "stack": 67108864}

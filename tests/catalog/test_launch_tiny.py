@@ -15,6 +15,7 @@ TINY_ARGV = (
     "--disable-cuda-graph",
     "--max-total-tokens", "65536",
     "--reasoning-parser", "deepseek-r1",
+    "--soft-watchdog-timeout", "60",  # the profile's longest stall window
     "--host", "0.0.0.0",
     "--port", "30000",
     "--sleep-on-idle",  # the profile's extra_args come last

@@ -133,3 +133,18 @@ def test_the_compile_is_judged_against_when_it_ended():
     unseen = judge_compile(None, 130, None, compiled, {**seen, "max_compile_bytes": 0, "max_compilers": 0})
     assert [s for s, _ in unseen] == ["ok", "finding", "finding"]
     assert judge_compile(None, 1, None, None, seen)[0][0] == "error"
+
+
+def test_a_shape_sampled_by_stack_is_judged_by_its_kind_and_its_compiler_child():
+    """The classify-shapes step (issue 36 item 6): prepared for a GPU host, judged here."""
+    from kit.hostcheck.judge import judge_classified
+
+    where = "spin_gpu (shapes.py:81) <- main (shapes.py:184)"
+    assert judge_classified("spin", ["spinning", "spinning"], [where, where], [])[0] == "ok"
+    state, line = judge_classified("spin", ["spinning", "other"], [where, where], [])
+    assert state == "finding" and "expected every sample spinning" in line
+    compiling = "compile (triton/compiler/compiler.py:300) <- kernel (shapes.py:120)"
+    both = judge_classified("compile", ["working", "working"], [compiling] * 2, ["ptxas-blackwell"])
+    assert both[0] == "ok"
+    state, line = judge_classified("compile", ["working"], ["x"], [])
+    assert state == "finding" and "two stack samples" in line and "compiler child" in line

@@ -88,3 +88,18 @@ def test_missing_file_is_one_line_and_exit_2(capsys, tmp_path):
 def test_a_directory_is_unreadable_too(capsys, tmp_path):
     assert run(["analyze", str(tmp_path)]) == 2
     assert "LOGFILE" in capsys.readouterr().err
+
+
+def test_a_serving_stretch_is_held_to_the_targets_smoke_floor(capsys):
+    # sgl-project/sglang#31103 (log 56): accept len 3.36; qwen-mtp's smoke floor is 1.5 (the catalog).
+    log = next((FIXTURES / "sglang-logs").glob("56_*.log"))
+    assert run(["analyze", str(log), "--json", "--target", "qwen-mtp"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    validate(report, "analyze")
+    assert (report["serving"]["accept_floor"], report["serving"]["accept_below_floor"]) == (1.5, False)
+    assert run(["analyze", str(log), "--target", "qwen-mtp"]) == 1
+    text = capsys.readouterr().out
+    assert "accept len: 3.36 .. 3.36 (median 3.36, 1 lines); at or above the target's floor 1.5" in text
+    assert run(["analyze", str(log), "--target", "no-such-target"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--target" in err and "qwen-mtp" in err

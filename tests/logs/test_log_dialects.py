@@ -122,6 +122,57 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "0.5.16",
         {"graph": "extend", "elapsed_s": 1.56},
     ),
+    # Other devices before 0.5.15: 0.5.3 model_runner.py 'cpu graph', 0.5.9 graph_backend 'npu graph'.
+    (
+        P + "Capture cpu graph begin. This can take up to several minutes. avail mem=60.12 GB",
+        Milestone.CAPTURE_BEGIN,
+        "any",
+        {},
+    ),
+    (
+        P + "Capture npu graph begin. This can take up to several minutes. avail mem=20.00 GB",
+        Milestone.CAPTURE_BEGIN,
+        "any",
+        {},
+    ),
+    (
+        P + "Capture cpu graph end. Time elapsed: 3.10 s. mem usage=0.20 GB. avail mem=59.92 GB.",
+        Milestone.CAPTURE_END,
+        "any",
+        {"elapsed_s": 3.1, "mem_gb": 0.2},
+    ),
+    (
+        P + "Capture npu graph end. Time elapsed: 2.00 s. mem usage=0.10 GB. avail mem=19.90 GB.",
+        Milestone.CAPTURE_END,
+        "any",
+        {},
+    ),
+    # The draft model before 0.5.15 (0.4.6-0.5.13 eagle_worker.py; 0.5.9+ multi-layer 'extend ... (step N)').
+    (
+        "[2025-05-21 07:20:02 TP0] Capture draft cuda graph begin. This can take up to several minutes. avail"
+        " mem=8.60 GB",
+        Milestone.CAPTURE_BEGIN,
+        "0.4.6",
+        {"avail_mem_gb": 8.6},
+    ),
+    (
+        "[2025-06-09 18:16:26 TP0] Capture draft cuda graph end. Time elapsed: 13.48 s. avail mem=31.31 GB."
+        " mem usage=1.10 GB.",
+        Milestone.CAPTURE_END,
+        "0.4.6",
+        {"elapsed_s": 13.48, "mem_gb": 1.1},
+    ),
+    (
+        "[2026-01-10 10:00:00 TP0] Capture draft extend cuda graph begin (step 2). This can take up to"
+        " several minutes. avail mem=40.00 GB",
+        Milestone.CAPTURE_BEGIN,
+        "0.4.6",
+        {"avail_mem_gb": 40.0},
+    ),
+    (P + "Capture Frozen-KV MTP draft cuda graph begin.", Milestone.CAPTURE_BEGIN, "0.4.6", {}),
+    (P + "Capture Frozen-KV MTP draft cuda graph end.", Milestone.CAPTURE_END, "0.4.6", {}),
+    (P + "Capture UNO tree draft CUDA graph begin. bs=[1, 2]", Milestone.CAPTURE_BEGIN, "0.5.16", {}),
+    (P + "Capture UNO tree draft CUDA graph end. elapsed=1.00 s", Milestone.CAPTURE_END, "0.5.16", {}),
     (
         M + "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
         Milestone.HTTP_UP,
@@ -135,7 +186,81 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "server",
         {},
     ),
-    (M + "Received SIGTERM, exiting", Note.SHUTDOWN, "server", {}),
+    # A server at work (dialect "serving"): 0.4.x 'Decode batch.' and 0.5.4+ 'Decode batch,' wordings.
+    (
+        P + "Decode batch, #running-req: 2, #full token: 21312, full token usage: 0.01, mamba num: 8,"
+        " mamba usage: 0.05, accept len: 3.36, accept rate: 0.79, cuda graph: True, gen throughput"
+        " (token/s): 551.63, #queue-req: 0",
+        Note.SERVING,
+        "serving",
+        {"kind": "decode"},
+    ),
+    (
+        P + "Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, #running-req: 0,"
+        " #queue-req: 0",
+        Note.SERVING,
+        "serving",
+        {"kind": "prefill"},
+    ),
+    (
+        P + "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 512",
+        Note.SERVING,
+        "serving",
+        {"kind": "retract"},
+    ),
+    (
+        P + "ReqTimeStats(rid=ab12, input_len=20, cached_input_len=0, output_len=8, attempts=1,"
+        " type=unified): queue=0.10ms",
+        Note.SERVING,
+        "serving",
+        {"kind": "request"},
+    ),
+    (
+        M + "Req Time Stats(rid=b2bb, input len=69, output len=4621, type=unified): queue_duration=0.00ms",
+        Note.SERVING,
+        "serving",
+        {"kind": "request"},
+    ),
+    (
+        M + 'INFO:     127.0.0.1:57052 - "POST /generate HTTP/1.1" 200 OK',
+        Note.SERVING,
+        "serving",
+        {"kind": "answered", "path": "/generate"},
+    ),
+    # The server stuck while serving, by its own word (0.5.23 http_server.py; utils/watchdog.py soft).
+    (
+        M + "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds."
+        " tic start time: 13:46:15. last_heartbeat time: 13:45:55",
+        Note.SERVING,
+        "serving",
+        {"kind": "stall"},
+    ),
+    (
+        P + "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=True)",
+        Note.SERVING,
+        "serving",
+        {"kind": "stall"},
+    ),
+    # SGLang's diffusion server (0.5.23 multimodal_gen).
+    (
+        "Loading required modules:  80%|████████▏ | 4/5 [00:39<00:10, 10.94s/it]",
+        Note.DIFFUSION,
+        "diffusion",
+        {},
+    ),
+    ("[06-17 13:46:57] FastAPI app is shutting down...", Note.DIFFUSION, "diffusion", {}),
+    (
+        "[06-17 13:46:56] Server warmup failed; aborting startup: HTTP server did not become ready",
+        Milestone.ERROR,
+        "diffusion",
+        {"kind": "warmup_failed", "phase_hint": "warmup", "exception": "HTTP server did not become ready"},
+    ),
+    (
+        M + "Received SIGTERM, exiting",
+        Note.SHUTDOWN,
+        "server",
+        {},
+    ),
     (M + "INFO:     Shutting down", Note.SHUTDOWN, "server", {}),
     (
         "[2025-03-08 12:29:12 TP0] sglang is using nccl==2.21.5",
@@ -226,6 +351,22 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         {},
     ),
     ("Killed", Milestone.ERROR, "errors", {"kind": "killed"}),
+    # The scheduler's watchdog: 0.4.x scheduler.py watchdog_thread; 0.5.x utils/watchdog.py (hard only).
+    (
+        "[2025-06-26 07:25:31 DP4 TP4] Watchdog timeout (self.watchdog_timeout=300)",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "watchdog", "phase_hint": "serving"},
+    ),
+    (
+        P + "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+        Milestone.ERROR,
+        "errors",
+        {
+            "kind": "watchdog",
+            "exception": "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+        },
+    ),
     ("Segmentation fault (core dumped)", Milestone.ERROR, "errors", {"kind": "segfault"}),
     ("Fatal Python error: Aborted", Milestone.ERROR, "errors", {"kind": "fatal_python"}),
     (
@@ -382,6 +523,13 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "launch",
         {"kind": "vllm_args", "tp": 2, "pp": 1},
     ),
+    # SGLang 0.5.23 srt/utils/watchdog.py, the soft watchdog (its own block in patterns.toml)
+    (
+        M + "TokenizerManager watchdog timeout (self.watchdog_timeout=60.0, self.soft=True)",
+        Note.SOFT_WATCHDOG,
+        "soft-watchdog",
+        {"watchdog": "TokenizerManager", "timeout_s": 60.0},
+    ),
 ]
 
 
@@ -408,8 +556,8 @@ def test_every_pattern_in_the_data_file_is_exercised_here():
 @pytest.mark.parametrize(
     "line",
     [
-        "[2026-12-02 13:46:15 TP0] Decode batch. #running-req: 3, #token: 1234, token usage:"
-        " 0.01, gen throughput (token/s): 99.1",
+        "[2026-12-02 13:46:15 TP0] Decode batch: a note that names the words but is no batch line",
+        M + 'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 503 Service Unavailable',  # not answered
         "Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04,  1.74it/s]",
         "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via IPC",
         "The process was Killed by a signal",  # 'Killed' must be the whole line

@@ -161,10 +161,19 @@ def test_a_compose_prefixed_capture_failure_followed_live_is_crashed_in_capture_
 
 
 def test_a_real_compose_paste_followed_live_reads_as_offline(tmp_path):
+    # The paste starts mid-life (two prefill batches, then the scheduler's crash): live, the first
+    # batch line is READY (serving, no start-up in it), as offline for the same line; the crash after
+    # READY is the serving watcher's, and the whole paste offline is CRASHED in serving.
     text = COMPOSE_PASTE.read_text(encoding="utf-8")
     watcher, verdict = follow_live(text, tmp_path, exits=True, lines_per_step=1)
-    assert verdict.kind.value == "crashed"
-    assert_read_alike(watcher, verdict, text)
+    assert (verdict.kind.value, watcher.tracker.phase.value, watcher.tracker.serving_only) == (
+        "ready",
+        "serving",
+        True,
+    )
+    assert_read_alike(watcher, verdict, watcher.source.log_text())
+    whole = analyze_text(text)
+    assert (whole.outcome, whole.phase.value, whole.phase_from) == ("crashed", "serving", "exception")
 
 
 def test_a_journald_wrapped_start_followed_live_is_ready_as_offline(tmp_path):

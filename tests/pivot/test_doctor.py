@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from kit.pivot.doctor import CHECK_IDS, DoctorContext, doctor_context, evaluate, report, run_doctor, schema
+from kit.pivot.doctor_gpus import kernels_cover
 from kit.runtime.host import (
     EngineFacts,
     HostFacts,
@@ -66,9 +67,22 @@ def gpu_host(nvml: FakeNvml | None = None, **changes) -> HostFacts:
     return dataclasses.replace(facts, **changes)
 
 
+# What kit/pivot/inimage/arches.py prints for a CUDA image, in its own shape: torch's arch flags and
+# the kernel wheels' cubins. The values are an example of that shape (a GPU host reads the real ones:
+# the GPU host check's doctor step), not a record of the cu130 image.
+HELD = {
+    "torch": ["compute_120", "sm_100", "sm_120", "sm_80", "sm_90"],
+    "packages": {
+        "sgl_kernel": {"arches": ["sm_100a", "sm_120a"], "files": 3},
+        "flashinfer": {"why": "no shared objects (pure Python, or JIT at run time)", "files": 0},
+        "deep_gemm": {"why": "not installed"},
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def qwen() -> DoctorContext:
-    return doctor_context("qwen-base")
+    return dataclasses.replace(doctor_context("qwen-base"), image_arches=HELD)
 
 
 def test_a_healthy_gpu_host_passes_every_gpu_check(qwen):
@@ -76,7 +90,7 @@ def test_a_healthy_gpu_host_passes_every_gpu_check(qwen):
     assert [c.id for c in checks] == list(CHECK_IDS)
     for check_id in ("nvidia-driver", "container-toolkit", "gpu-count", "compute-capability", "gpu-busy"):
         assert status(checks, check_id) == "pass", by_id(checks, check_id)
-    assert "12.0 is in 12.0" in by_id(checks, "compute-capability").summary
+    assert "12.0: the image's kernels cover it (torch sm_120)" in by_id(checks, "compute-capability").summary
     topology = by_id(checks, "p2p-topology")
     assert topology.status == "pass" and topology.details["topology"]["0"]["1"] == "PHB"
     assert "crosses the CPU's root complex" in topology.summary  # PHB: ACS and IOMMU matter
@@ -91,10 +105,37 @@ def test_a_driver_older_than_the_images_cuda_fails_with_the_driver_version_to_in
     assert driver.fix == "install an NVIDIA driver >= 580.65.06"
 
 
-def test_gpus_outside_the_images_arch_list_fail(qwen):
+def test_gpus_outside_the_images_kernels_fail_naming_the_package(qwen):
     checks = evaluate(qwen, gpu_host(FakeNvml.of(4, name="NVIDIA H100", capability=(9, 0))))
     capability = by_id(checks, "compute-capability")
-    assert capability.status == "fail" and "sm_90" in capability.summary
+    assert capability.status == "fail" and "sgl_kernel has no kernel for sm_90" in capability.summary
+    assert "torch has no kernel" not in capability.summary  # torch's own list has sm_90
+
+
+def test_the_kernels_the_image_holds_decide_not_the_manifests_arch_string(qwen):
+    """Issue 38: the manifest's torch_cuda_arch_list says 12.0 whatever the wheels hold; an image whose
+    sglang-kernel carries no sm_120 code fails on an RTX PRO 6000, and one never read is not passed."""
+    assert qwen.arch_list == ("12.0",)
+    without = {**HELD, "packages": {"sgl_kernel": {"arches": ["sm_100a", "sm_90a"], "files": 3}}}
+    checks = evaluate(dataclasses.replace(qwen, image_arches=without), gpu_host())
+    capability = by_id(checks, "compute-capability")
+    assert capability.status == "fail" and capability.summary.endswith("sgl_kernel has no kernel for sm_120")
+    unread = dataclasses.replace(qwen, image_arches=None, image_arches_why="kit/sglang:x is not built here")
+    capability = by_id(evaluate(unread, gpu_host()), "compute-capability")
+    assert capability.status == "not-checked" and capability.why == "kit/sglang:x is not built here"
+
+
+@pytest.mark.parametrize(
+    ("capability", "arches", "runs"),
+    [("12.0", ["sm_120"], True), ("12.0", ["sm_120a"], True), ("12.1", ["sm_120a"], False),
+     ("12.1", ["sm_120"], True), ("12.0", ["sm_121"], False), ("12.0", ["sm_100", "sm_90"], False),
+     ("12.0", ["compute_90"], True), ("9.0", ["compute_120"], False), ("12.0", [], False),
+     ("10.0", ["sm_100a", "sm_120a"], True)],
+)  # fmt: skip
+def test_which_cubins_and_ptx_run_on_a_capability(capability, arches, runs):
+    """CUDA's binary compatibility: a cubin on its major at an equal or higher minor, an arch-specific
+    one ('a') on its own capability only, PTX on any equal or newer GPU."""
+    assert kernels_cover(capability, arches) is runs
 
 
 def test_too_few_gpus_fail_and_a_missing_toolkit_fails(qwen):

@@ -1,10 +1,15 @@
-"""Preflight's graph step: the plan (pure, from the catalog and a GPU host's facts) and the in-image
-code's CPU path (skipped with the reason). The GPU path itself runs only on a GPU host
-(tests/pivot/test_gpu.py, marked gpu)."""
+"""Preflight's graph step: the plan (pure, from SGLang's own resolution of the launch and the model's
+config.json) and the in-image code's CPU path (skipped with the reason). The GPU path itself runs
+only on a GPU host (tests/pivot/test_gpu.py, marked gpu).
+
+The resolutions in tests/fixtures/resolutions/ are what SGLang 0.5.23's own ServerArgs resolution
+(kit/check/driver.py in the 0.5.23 check venv, the target GPU emulated) printed for qwen-mtp and
+qwen-base; the `slow` test runs it again and holds the plan to it."""
 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,73 +17,106 @@ from types import SimpleNamespace
 import pytest
 
 from kit.launch import resolve
-from kit.pivot.graph_step import CPU_SKIP, graph_plan, sglang_defaults, size_line
+from kit.pivot.graph_step import (
+    CPU_SKIP,
+    captured_batches,
+    graph_plan,
+    graph_request,
+    size_line,
+    vocab_per_rank,
+)
 from kit.pivot.preflight import rank_request
 from kit.pivot.steps import STEPS, device_plan, graph_text, plan_steps
 
 ROOT = Path(__file__).resolve().parents[2]
-RTX_PRO_6000_GIB = 95.6  # kit/catalog/hardware.toml
+RESOLUTIONS = ROOT / "tests" / "fixtures" / "resolutions"
 LIMITS = {"max_prefill_tokens": 8192, "replays": 20, "warmup": 2, "pynccl_bytes": 1 << 24}
+
+
+def recorded(target: str) -> dict:
+    return json.loads((RESOLUTIONS / f"sglang-0.5.23-{target}.json").read_text())
 
 
 def widths(plan: dict) -> dict[str, tuple[int, int]]:
     return {s["name"]: (s["tokens"], s["hidden"]) for s in plan["sizes"]}
 
 
-def test_on_a_gpu_host_the_plan_includes_the_graph_step_at_the_mtp_profiles_widths():
+MTP_WIDTHS = {
+    "decode": (48, 3072),  # NEXTN -> EAGLE: max_running_requests 48 (speculative_hook.py), the pool
+    "verify": (192, 3072),  # 48 requests x 4 draft tokens: the target-verify graph
+    "decode logits": (48, 62080),  # the LM head's shard: 248320 / 4, all_gather (logits_processor.py)
+    "verify logits": (192, 62080),
+    "prefill": (8192, 3072),  # the breakable prefill graph's largest token count
+}
+
+
+def test_on_a_gpu_host_the_plan_captures_the_widths_the_mtp_server_uses():
+    """Issue 38: not 512 x 3072 and 2048 x 3072 (the decode list's top): SGLang clips the capture
+    sizes to its request pool, 48 requests under EAGLE; and the logits gathers are captured too."""
     spec = resolve("qwen-mtp")  # Qwen3.5-122B-A10B, TP 4, 4 x RTX PRO 6000, NEXTN with 4 draft tokens
-    request = rank_request(spec, 4, device_plan("cuda"), None, {})
+    graph = graph_request(spec, 4, recorded("qwen-mtp"))
+    request = rank_request(spec, 4, device_plan("cuda"), None, {}, graph=graph)
     assert "graph" in plan_steps(request) and plan_steps(request) == list(STEPS)
-    graph = request["graph"]
-    # SGLang 0.5.23 on a 96 GB card at TP 4: decode graphs up to 512 requests, 8192-token chunks
-    assert widths(graph) == {"decode": (512, 3072), "verify": (2048, 3072), "prefill": (8192, 3072)}
-    assert graph["pynccl_bytes"] == 16 << 20 and graph["replays"] == 20 and graph["warmup"] == 2
-    assert "95.6 GiB at TP 4" in graph["sources"]["batch"]
-    assert size_line(graph["sizes"][1]) == "verify 2048 x 3072 bf16 (12 MiB)"
-
-
-def test_without_speculative_decoding_there_is_no_verify_width():
-    graph = rank_request(resolve("qwen-base"), 4, device_plan("cuda"), None, {})["graph"]
-    assert set(widths(graph)) == {"decode", "prefill"}
-
-
-def test_the_launchs_own_flags_decide_and_a_huge_chunk_is_bounded():
-    argv = [
-        "--cuda-graph-max-bs",
-        "64",
-        "--chunked-prefill-size=32768",
-        "--speculative-num-draft-tokens",
-        "4",
+    assert widths(graph) == MTP_WIDTHS
+    assert [s["op"] for s in graph["sizes"]] == [
+        "all_reduce",
+        "all_reduce",
+        "all_gather",
+        "all_gather",
+        "all_reduce",
     ]
-    graph = graph_plan("cuda", hidden_size=3072, tp=4, argv=argv, gpu_memory_gib=95.6, limits=LIMITS)
-    assert widths(graph) == {"decode": (64, 3072), "verify": (256, 3072), "prefill": (8192, 3072)}
-    assert graph["sources"] == {"batch": "launch", "chunk": "launch, bounded to 8192 tokens"}
-    capped = graph_plan(
-        "cuda",
-        hidden_size=3072,
-        tp=4,
-        argv=["--max-running-requests", "48"],
-        gpu_memory_gib=95.6,
-        limits=LIMITS,
+    assert graph["pynccl_bytes"] == 16 << 20 and graph["replays"] == 20 and graph["warmup"] == 2
+    assert "max_running_requests 48" in graph["sources"]["batch"] and "up to 512" in graph["sources"]["batch"]
+    assert size_line(graph["sizes"][1]) == "verify 192 x 3072 bf16 (1.12 MiB)"
+    assert size_line(graph["sizes"][3]) == "verify logits 192 x 62080 bf16 (22.7 MiB per rank, all_gather)"
+
+
+def test_without_speculative_decoding_no_verify_and_the_pool_is_not_capped():
+    graph = graph_request(resolve("qwen-base"), 4, recorded("qwen-base"))
+    assert widths(graph) == {"decode": (512, 3072), "decode logits": (512, 62080), "prefill": (8192, 3072)}
+
+
+def test_capture_sizes_are_clipped_to_the_request_pool_as_sglangs_runner_does():
+    sizes = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 512]
+    assert captured_batches(sizes, 48) == [1, 2, 4, 8, 16, 24, 32, 40, 48]
+    assert captured_batches(sizes, 50) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 50]  # the pool's own size added
+    assert captured_batches(sizes, None) == sizes and captured_batches(sizes, 1024) == sizes
+    assert vocab_per_rank(248320, 4) == 62080 and vocab_per_rank(1000, 3) == 342  # padded to 64: 1024
+
+
+def test_without_sglangs_resolution_the_step_says_why_instead_of_guessing():
+    argv = ("--model-path", "x")
+    refused = {"accepted": False, "error": "ValueError: Speculative decoding for X is not compatible"}
+    for resolution in (None, refused, {"accepted": True, "sglang": "0.5.10.post1", "resolved": {}}):
+        plan = graph_plan("cuda", hidden_size=64, vocab_size=1000, tp=2, argv=argv, resolution=resolution)
+        assert "skip" in plan
+    assert (
+        "not compatible"
+        in graph_plan("cuda", hidden_size=64, vocab_size=1000, tp=2, argv=argv, resolution=refused)["skip"]
     )
-    assert widths(capped)["decode"] == (48, 3072)  # memory_hook.py caps the default by it
 
 
-@pytest.mark.parametrize(
-    ("memory_gib", "tp", "expected"),
-    [(16, 1, (2048, 8)), (32, 2, (4096, 48)), (32, 4, (4096, 160)), (80, 2, (8192, 256)),
-     (RTX_PRO_6000_GIB, 4, (8192, 512)), (141, 1, (8192, 256)), (180, 8, (16384, 512)),
-     (None, 4, (4096, 160))],
-)  # fmt: skip
-def test_sglang_0_5_23s_memory_defaults(memory_gib, tp, expected):
-    assert sglang_defaults(memory_gib, tp) == expected
+@pytest.mark.slow
+def test_sglang_0_5_23s_own_resolution_of_qwen_mtp_gives_those_widths():
+    """The release itself, in its check venv (built on first use): the recorded resolution holds."""
+    from kit.check import launch_resolution
+
+    fresh = launch_resolution(resolve("qwen-mtp"), in_image=False)
+    assert fresh["accepted"] and fresh["resolved"] == recorded("qwen-mtp")["resolved"]
+    assert widths(graph_request(resolve("qwen-mtp"), 4, fresh)) == MTP_WIDTHS
 
 
 def test_on_cpu_and_with_graphs_off_the_step_is_skipped_with_the_reason():
     request = rank_request(resolve("tiny"), 2, device_plan("cpu"), None, {})
     assert request["graph"] == {"skip": CPU_SKIP} and "graph" in plan_steps(request)
     off = graph_plan(
-        "cuda", hidden_size=64, tp=1, argv=["--disable-cuda-graph"], gpu_memory_gib=96, limits=LIMITS
+        "cuda",
+        hidden_size=64,
+        vocab_size=1000,
+        tp=1,
+        argv=["--disable-cuda-graph"],
+        resolution=None,
+        limits=LIMITS,
     )
     assert "--disable-cuda-graph" in off["skip"]
 
@@ -86,11 +124,29 @@ def test_on_cpu_and_with_graphs_off_the_step_is_skipped_with_the_reason():
 def test_the_result_line_names_the_path_widths_and_times():
     detail = {
         "path": "PyNccl",
-        "sizes": [{"name": "decode", "tokens": 512, "hidden": 3072, "bytes": 3 << 20, "replay_us": 41.3}],
+        "sizes": [
+            {
+                "name": "decode",
+                "op": "all_reduce",
+                "tokens": 48,
+                "hidden": 3072,
+                "bytes": 3 << 20,
+                "replay_us": 41.3,
+            },
+            {
+                "name": "decode logits",
+                "op": "all_gather",
+                "tokens": 48,
+                "hidden": 62080,
+                "bytes": 6 << 20,
+                "replay_us": 90.0,
+            },
+        ],
         "pynccl": {"bytes": 16 << 20, "time_us": 820.0, "busbw_gbps": 30.69},
     }
     assert graph_text(detail) == (
-        "bf16 all-reduce captured in graph_capture() and replayed (PyNccl): decode 512 x 3072 (3 MiB) 41 us; "
+        "bf16 all-reduce and logits all_gather captured in graph_capture() and replayed (PyNccl): "
+        "decode 48 x 3072 (3 MiB) 41 us; decode logits 48 x 62080 (6 MiB per rank, all_gather) 90 us; "
         "PyNccl 16 MiB 820 us, busbw 30.69 GB/s"
     )
     assert graph_text({"skipped": CPU_SKIP}) == CPU_SKIP
@@ -144,3 +200,20 @@ def test_the_live_view_says_skipped_not_ok_for_a_skipped_step():
     view.update(PreflightProgress("run", 3.0, "p2p", 0.0, ended, (), "kit-preflight-x", ("graph",)))
     lines = out.getvalue().splitlines()
     assert [line.split()[2:] for line in lines] == [["allreduce", "ok"], ["graph", "skipped"]]
+
+
+@pytest.mark.slow
+def test_the_in_image_gather_check_expects_each_ranks_shard_in_its_columns(check_venv_python):
+    """ranks.py's check of a replayed logits all_gather, under the torch of the 0.5.23 check venv."""
+    import subprocess
+
+    code = (
+        "import sys, torch; sys.path[:0] = sys.argv[1:3]; import ranks; "
+        "print(ranks.gathered_values(torch, 4, (2, 8), 'cpu').tolist())"
+    )
+    folders = [str(ROOT / "kit" / "pivot" / "inimage"), str(ROOT / "kit" / "images" / "inimage")]
+    done = subprocess.run(
+        [check_venv_python("0.5.23"), "-c", code, *folders], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-800:]
+    assert json.loads(done.stdout) == [[1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]] * 2

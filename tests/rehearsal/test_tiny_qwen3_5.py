@@ -92,11 +92,12 @@ def _without(argv: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize("tiny", sorted(TARGETS))
 def test_the_tiny_targets_launch_with_the_production_flags(tiny):
-    """Flag for flag the production launch at the same TP; only the model (and its revision) differ."""
+    """Flag for flag the production launch at the same TP; only the model (and its revision) differ,
+    and SGLang's soft watchdog, set from each profile's own longest stall window (kit/launch.py)."""
     production = resolve(TARGETS[tiny])
     spec = resolve(tiny, overrides=[f"tp={production.ranks}"])
     assert (spec.image, spec.gpus, spec.ranks) == (production.image, 4, 4)
-    ignored = ("--model-path", "--revision")
+    ignored = ("--model-path", "--revision", "--soft-watchdog-timeout")
     assert _without(spec.argv, ignored) == _without(production.argv, ignored)
     assert spec.env == {k: v for k, v in production.env.items() if k != "HF_HUB_OFFLINE"}
     assert spec.model_path == "/opt/kit/models/qwen-tiny"

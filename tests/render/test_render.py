@@ -4,6 +4,7 @@ Every shape that runs the server carries SYS_PTRACE, the compile cache, and its 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from kit.render.lws import lws_manifests, render_lws
 from kit.render.sglang import launch_command, render_sglang
 from kit.render.systemd import render_systemd
 from kit.runtime.compile_cache import ENV, MOUNT, VOLUME
+from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host import GpuWay
 
 OLD = "sglang-0.5.10.post1-cu129-sm120"
@@ -122,15 +124,21 @@ def test_compose_services_key_lines():
     assert all(service["init"] is True for service in services.values())
     check = qwen["healthcheck"]
     assert "/health_generate" in check["test"][-1]
-    # start_period covers every phase's deadline: init 300 + load 3600 + memory 300 + capture 900 + warmup 600
-    assert check["start_period"] == "5700s"
-    assert services["qwen-mtp"]["healthcheck"]["start_period"] == "6000s"
+    # start_period covers every phase's deadline: init 300 + load 3600 + memory 300 + autotune 1200
+    # + capture 900 + warmup 600 (FlashInfer's autotune runs between the memory pool and capture)
+    assert check["start_period"] == "6900s"
+    assert services["qwen-mtp"]["healthcheck"]["start_period"] == "7200s"
     tiny = services["tiny"]
     assert tiny["image"] == "kit/sglang:sglang-0.5.23-cpu"
     assert tiny["command"] == list(resolve("tiny").argv)
-    assert tiny["environment"] == {**ENV, "SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_USE_CPU_ENGINE": "1"}
+    assert tiny["environment"] == {
+        **ENV,
+        **FLIGHT_RECORDER_ENV,
+        "SGLANG_CPU_OMP_THREADS_BIND": "0|1",
+        "SGLANG_USE_CPU_ENGINE": "1",
+    }
     assert tiny["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]  # no curl in the image
-    assert tiny["healthcheck"]["start_period"] == "420s"
+    assert tiny["healthcheck"]["start_period"] == "480s"
     assert "deploy" not in tiny
     # The tiny production architecture: one GPU by default (its TP), the model inside the image.
     small = services["qwen-tiny"]
@@ -153,7 +161,18 @@ def test_portable_path_only_rewrites_the_home(monkeypatch):
 
 
 def test_start_period_is_the_sum_of_phase_deadlines():
-    assert start_period_s(resolve("tiny")) == 60 + 120 + 60 + 60 + 120
+    # init + load + memory + autotune (capture's 60 s, the catalog names none) + capture + warmup
+    assert start_period_s(resolve("tiny")) == 60 + 120 + 60 + 60 + 60 + 120
+
+
+def test_readme_and_compose_agree_on_qwen_bases_start_period():
+    readme = (paths.project_root() / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"`start_period` \((\d+) s, about (\d+) minutes for qwen-base", readme)
+    assert said, "README no longer says qwen-base's start_period"
+    doc = yaml.safe_load((paths.project_root() / "compose.yaml").read_text(encoding="utf-8"))
+    period = doc["services"]["qwen-base"]["healthcheck"]["start_period"]
+    assert f"{said[1]}s" == period == f"{start_period_s(resolve('qwen-base'))}s"
+    assert int(said[2]) == round(int(said[1]) / 60)
 
 
 def test_render_compose_for_one_target_with_overrides():
@@ -171,7 +190,7 @@ def test_systemd_unit_runs_the_container_in_the_foreground():
     assert "-e SGLANG_ENABLE_SPEC_V2=1" in exec_start
     assert "--mamba-scheduler-strategy extra_buffer" in exec_start
     assert "EnvironmentFile=-/etc/kit/qwen-mtp.env" in unit
-    assert "TimeoutStartSec=6000" in unit
+    assert "TimeoutStartSec=7200" in unit  # every phase, autotune included
     assert "HF_TOKEN=" not in exec_start
     # systemd restarts it by name after a crash: kit watch follows the next attempt (io.kit.restart).
     assert "Restart=on-failure" in unit and "--label io.kit.restart=on-failure" in exec_start
@@ -217,6 +236,24 @@ def test_lws_single_node_and_multi_node():
 def test_every_renderer_renders_every_target(kind, target):
     code, out, err = run_cli(["render", kind, target])
     assert code == 0 and out and not err
+
+
+@pytest.mark.parametrize("kind", ["sglang", "docker", "systemd", "lws", "compose"])
+@pytest.mark.parametrize("target", ["qwen-mtp", "tiny"])
+def test_every_render_arms_the_flight_recorder_and_the_soft_watchdog(kind, target):
+    """PyTorch's flight recorder (its variables, dumps into the folder every render mounts) and
+    SGLang's soft watchdog at the profile's longest stall window, in every shape of the server."""
+    from kit.launch import resolve_full, soft_watchdog_s
+
+    code, out, _ = run_cli(["render", kind, target])
+    assert code == 0
+    for key, value in FLIGHT_RECORDER_ENV.items():
+        assert key in out and value in out, (key, value)
+    assert value.startswith(MOUNT + "/") and MOUNT in out  # the folder a volume mounts (sglang: says so)
+    resolved = resolve(target)
+    window = max(resolved.timing.stall_windows.values())
+    assert "--soft-watchdog-timeout" in out and str(int(window)) in out
+    assert soft_watchdog_s(resolve_full(target).profile) == int(window)
 
 
 def test_targets_command_lists_the_catalog():
@@ -428,12 +465,32 @@ def test_compose_watcher_watches_qwen_base_while_it_serves_and_compose_accepts_i
     if not docker or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
         pytest.skip("docker compose (v2) is not installed (scripts/bootstrap installs it)")
     done = subprocess.run(
-        [docker, "compose", "-f", str(paths.project_root() / "compose.yaml"), *PROFILES, "config", "-q"],
+        [docker, "compose", "-f", str(paths.project_root() / "compose.yaml"), *PROFILES, "config"],
         capture_output=True,
         text=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "HF_TOKEN": ""},
     )
     assert done.returncode == 0, done.stderr
+    # What Compose itself makes of it: the watcher sees the server's GPUs (the same device request,
+    # NVML through the driver's utility capability) and may ptrace the ranks (py-spy, /proc/PID/io).
+    seen = yaml.safe_load(done.stdout)["services"]["qwen-base-watch"]
+    assert seen["cap_add"] == ["SYS_PTRACE"]
+    server = yaml.safe_load(done.stdout)["services"]["qwen-base"]
+    devices = seen["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == server["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    assert seen["environment"]["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+def test_the_compose_watcher_gets_the_gpus_the_way_its_server_does():
+    from kit.render.compose import watcher_service
+
+    spec = resolve("qwen-base")
+    cdi = watcher_service(spec, way=GpuWay("cdi", "test", True, count=2))
+    assert cdi["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"] and "deploy" not in cdi
+    runtime = watcher_service(spec, way=GpuWay("nvidia-runtime", "test", True, count=4))
+    assert runtime["runtime"] == "nvidia" and runtime["environment"]["NVIDIA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert runtime["cap_add"] == ["SYS_PTRACE"]
 
 
 def test_systemd_watcher_unit_runs_kit_watch_serve_and_systemd_accepts_both(tmp_path):

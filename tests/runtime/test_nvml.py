@@ -3,12 +3,17 @@ processes counted once per PID; every call guarded, a lost GPU a fact rather tha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.runtime.nvml import kernel_xid, lost_note, nvml_missing, open_nvml, read_inventory, xid_error
+from kit.runtime.kernel_log import KernelLog, parse_kmsg
+from kit.runtime.nvml import lost_note, nvml_missing, open_nvml, read_inventory, xid_note
+from kit.runtime.xids import kernel_xid, pci_key, xid_error
 from kit.scenarios.fake_nvml import (
+    FakeKernelLog,
     FakeNvml,
     NVMLError_GpuIsLost,
     NVMLError_NotSupported,
@@ -217,7 +222,10 @@ def test_an_xid_event_is_read_in_the_sampler_and_becomes_the_readings_gpu_error(
     nvml.xid(gpu=0, code=13)  # an application's own fault (graphics engine exception): not fatal
     usage = gpus.usage([4242])
     assert [(x.xid, x.index) for x in usage.xids] == [(119, 2), (13, 0)]
-    assert usage.error == "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; NVML's Xid event)"
+    assert usage.error == (
+        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; "
+        "NVML's Xid event)"
+    )
     assert gpus.usage([4242]).error == usage.error  # kept: the verdict may come minutes later
     assert not nvml.events  # every waiting event was taken, none waited for (timeout 0)
 
@@ -227,6 +235,7 @@ def test_every_fatal_xid_of_nvidias_catalog_is_gpu_lost_evidence(code):
     nvml = four_cards()
     nvml.set_process(gpu=1, pid=7, used_bytes=GiB)
     gpus = open_nvml(nvml)
+    gpus.usage([7])  # the watch's first sample registers for the events
     nvml.xid(gpu=1, code=code)
     assert f"fatal Xid {code} on GPU 1" in gpus.usage([7]).error
 
@@ -255,3 +264,101 @@ def test_kernel_log_xid_lines_as_the_driver_prints_them():
     assert xid119.xid == 119 and "fatal Xid 119 on PCI 0000:2b:00 (GSP RPC timeout" in xid119.describe()
     assert kernel_xid("NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014") is None
     assert xid_error([kernel_xid("NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception")]) is None
+
+
+# -- which Xids are the server's, and the ones NVML's events cannot have (issue 38) ---------------------
+
+KMSG_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "kmsg-xid.txt"
+
+
+def test_xid_8s_action_is_the_catalogs_restart_app_not_a_reset():
+    """NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), Xid 8
+    ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT: immediate action RESTART_APP."""
+    nvml = four_cards()
+    nvml.set_process(gpu=1, pid=7, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    gpus.usage([7])
+    nvml.xid(gpu=1, code=8)
+    error = gpus.usage([7]).error
+    assert "fatal Xid 8 on GPU 1 (GPU stopped processing" in error
+    assert (
+        "NVIDIA's Xid catalog: RESTART_APP, restart the server; the catalog asks no GPU reset for it" in error
+    )
+    assert "reset" not in error.split("RESTART_APP")[0]
+
+
+def test_a_fatal_xid_on_a_gpu_the_server_does_not_use_is_not_its_error():
+    nvml = four_cards()
+    nvml.set_process(gpu=0, pid=7, used_bytes=GiB)  # the server: GPU 0 only
+    gpus = open_nvml(nvml)
+    gpus.usage([7])
+    nvml.xid(gpu=3, code=79)  # another workload's GPU falls off the bus
+    usage = gpus.usage([7])
+    assert [(x.xid, x.index) for x in usage.xids] == [(79, 3)] and usage.server_gpus == (0,)
+    assert usage.error is None
+    assert "not the server's GPUs, left out: fatal Xid 79 on GPU 3" in xid_note(gpus)
+    nvml.xid(gpu=0, code=79)
+    assert "fatal Xid 79 on GPU 0" in gpus.usage([7]).error
+
+
+def test_an_xid_before_nvmls_registration_comes_from_the_kernel_log_alone():
+    nvml = four_cards()
+    nvml.set_process(gpu=2, pid=7, used_bytes=GiB)
+    nvml.xid(gpu=2, code=119)  # before anyone registered: NVML keeps no event, the kernel logs it
+    blind = open_nvml(nvml)
+    assert blind.usage([7]).error is None  # NVML's events alone miss it
+    assert "before them: the kernel log not read" in xid_note(blind)
+    gpus = open_nvml(nvml)
+    gpus.read_kernel_from(FakeKernelLog(nvml))
+    usage = gpus.usage([7])
+    assert usage.error == (
+        "gpu error: fatal Xid 119 on GPU 2 (GSP RPC timeout; action: see NVIDIA's Xid catalog; "
+        "the kernel log)"
+    )
+    assert "NVML's Xid events from " in xid_note(gpus) and "before them: the kernel log" in xid_note(gpus)
+    # After the registration the same Xid comes both ways: NVML's event is kept, the line is not doubled.
+    nvml.xid(gpu=2, code=120)
+    assert [(x.xid, x.source) for x in gpus.usage([7]).xids] == [(119, "kernel log"), (120, "nvml")]
+
+
+def test_recorded_kernel_lines_read_as_kmsg_matched_to_nvmls_gpus_by_pci_address(tmp_path):
+    """Records as /dev/kmsg gives them (Documentation/ABI/testing/dev-kmsg), with the driver's own
+    Xid lines (NVIDIA/open-gpu-kernel-modules#1045: Xid 119; #1159: Xid 8); the fake host's GPU 1 is
+    at 0000:37:00, GPU 3 at 0000:77:00."""
+    boot = 1_700_000_000.0
+    assert parse_kmsg("4,11021,61000000,-;NVRM: Xid (PCI:0000:77:00): 8, pid=1", boot) == (
+        boot + 61.0,
+        "NVRM: Xid (PCI:0000:77:00): 8, pid=1",
+    )
+    assert parse_kmsg(" DEVICE=+pci:0000:37:00.0", boot) is None
+    log = KernelLog(since_wall=None, path=str(KMSG_FIXTURE), journal=False)
+    lines = log.read()
+    assert "from boot" in log.note and len(lines) == 5 and log.read() == []  # nothing new since
+    assert all(wall >= log._boot_wall for wall, _ in lines)
+    nvml = four_cards()
+    nvml.set_process(gpu=1, pid=7, used_bytes=GiB)
+    gpus = open_nvml(nvml)
+    gpus.read_kernel_from(KernelLog(since_wall=None, path=str(KMSG_FIXTURE), journal=False))
+    usage = gpus.usage([7])
+    assert [(x.xid, x.index, x.pci) for x in usage.xids] == [
+        (119, 1, "0000:37:00"),
+        (8, 3, "0000:77:00"),
+        (13, 0, "0000:17:00"),
+    ]
+    assert usage.error.startswith("gpu error: fatal Xid 119 on GPU 1 (GSP RPC timeout")  # GPU 3's is not ours
+    later = KernelLog(since_wall=log._boot_wall + 60.5, path=str(KMSG_FIXTURE), journal=False)
+    assert [text[:26] for _, text in later.read()] == [
+        "NVRM: Xid (PCI:0000:77:00)",
+        "NVRM: Xid (PCI:0000:17:00)",
+    ]
+
+
+def test_a_kernel_log_nobody_may_read_is_said_so():
+    log = KernelLog(since_wall=None, path="/nonexistent/kmsg", journal=False)
+    assert log.read() == []
+    assert "the kernel log cannot be read here" in log.note and "are unknown" in log.note
+
+
+def test_pci_addresses_in_nvmls_and_the_kernels_spelling_are_one():
+    assert pci_key("00000000:37:00.0") == pci_key("PCI:0000:37:00") == pci_key("37:00") == "0000:37:00"
+    assert pci_key("0001:AB:1F.3") == "0001:ab:1f" and pci_key("not a bus") is None and pci_key(None) is None

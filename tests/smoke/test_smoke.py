@@ -117,6 +117,25 @@ def test_under_sglangs_draft_simulation_the_reported_acceptance_length_is_the_si
     assert_check(result, kit_server)
 
 
+# The KV-pressure window: the full MTP model on its own acceptance, the tiny one under SGLang's
+# simulation (random drafts accept nothing, so only a simulated length can fall).
+KV_PRESSURE_TARGETS = [
+    *(t for t in SPECULATIVE_TARGETS if t.id == "qwen-mtp"),
+    *SIMULATED_TARGETS,
+]
+
+
+@pytest.mark.parametrize("kit_server", KV_PRESSURE_TARGETS, indirect=True)
+def test_acceptance_holds_as_the_kv_cache_fills(kit_server):
+    """sglang#36537: NEXTN on a hybrid GDN model with the radix cache rejected every draft once
+    `full token usage` passed ~0.6. Acceptance at an empty cache proves nothing about that: the
+    window fills the cache past 0.6 and holds SGLang's own per-interval acceptance there."""
+    container = kit_server.container.get_wrapped_container()
+    result = speculative.kv_pressure_window(kit_server.url, kit_server.spec, container)
+    print(f"{kit_server.spec.target}: {result.detail}")
+    assert_check(result, kit_server)
+
+
 @serving_targets
 def test_the_server_is_still_serving_at_the_end_of_the_window(kit_server):
     """Last for each server: a crash after READY (under MTP, after structured output) is named."""

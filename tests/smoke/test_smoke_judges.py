@@ -16,11 +16,12 @@ from kit.testing import answers, checks, speculative
 from kit.testing.answers import Greedy
 from kit.testing.serving import name_crash
 from kit.testing.speculative import (
-    accept_length_from_metrics,
-    accept_length_from_server_info,
+    Acceptance,
+    acceptance_of,
     first_difference,
     key_for,
     load_reference,
+    pooled,
     reference_profile,
     references_wanted,
     save_reference,
@@ -70,29 +71,21 @@ def test_the_tool_call_request_holds_a_random_model_to_a_short_answer():
     assert checks.judge_tool_call(parsed)[0]
 
 
-def test_the_acceptance_length_is_read_where_0_5_23_reports_it():
-    # /server_info: the schedulers' internal states, one per DP rank (internal_state.py _add_speculative).
-    info = {
-        "version": "0.5.23",
-        "internal_states": [{"avg_spec_accept_length": 2.5, "last_gen_throughput": 1}],
+def test_the_acceptance_length_is_each_responses_own():
+    # 0.5.23 tokenizer_manager.py _calculate_spec_decoding_metrics: completion_tokens / spec_verify_ct.
+    meta = {
+        "completion_tokens": 32,
+        "spec_accept_length": 32 / 11,
+        "spec_verify_ct": 11,
+        "spec_accept_rate": 0.67,
     }
-    assert accept_length_from_server_info(info) == 2.5
-    two = {"internal_states": [{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 3.0}]}
-    assert accept_length_from_server_info(two) == 2.5
-    assert (
-        accept_length_from_server_info({"internal_states": [{"model_path": "x"}]}) is None
-    )  # not speculative
-    assert accept_length_from_server_info([]) is None
-    # /metrics with --enable-metrics: the gauge (metrics_collector.py), 0 until the first decode log.
-    metrics = (
-        "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding\n"
-        "# TYPE sglang:spec_accept_length gauge\n"
-        'sglang:spec_accept_length{model_name="Qwen/Qwen3.5-122B-A10B",tp_rank="0"} 2.75\n'
-        'sglang:spec_accept_rate{model_name="x"} 0.58\n'
-    )
-    assert accept_length_from_metrics(metrics) == 2.75
-    assert accept_length_from_metrics('sglang:spec_accept_length{tp_rank="0"} 0.0\n') is None
-    assert accept_length_from_metrics("") is None
+    accepted = acceptance_of(meta)
+    assert accepted == Acceptance(32 / 11, 11, 32)
+    assert acceptance_of({"completion_tokens": 32}) is None  # not speculative: no figure, not 0
+    assert acceptance_of({"spec_accept_length": True}) is None and acceptance_of(None) is None
+    # Pooled over requests: all tokens over all verify steps, not the mean of the means.
+    assert pooled([Acceptance(3.0, 10, 30), Acceptance(1.0, 30, 30)]) == 60 / 40
+    assert pooled([Acceptance(3.0, None, None), Acceptance(2.0, 5, 10)]) == 2.5
 
 
 def test_the_first_differing_token_is_named():

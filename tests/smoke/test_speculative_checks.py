@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kit.launch import resolve
 from kit.testing import answers, speculative
-from kit.testing.speculative import judge_greedy, judge_simulated, tie_gap
+from kit.testing.speculative import Acceptance, judge_greedy, judge_simulated, tie_gap
 
 # meta_info["output_top_logprobs"] as 0.5.23's tokenizer_manager.py returns it: per position a list of
 # (logprob, token_id, text) (JSON arrays), or None where it has none.
@@ -91,9 +91,15 @@ def test_the_judge_passes_exactly_when_equal_or_tied_at_the_first_difference(ids
 
 
 def test_the_simulated_acceptance_length_must_be_near_the_simulated_one():
-    assert judge_simulated(2.97, 3.0, 0.25, "/server_info").ok
-    far = judge_simulated(1.0, 3.0, 0.25, "/server_info", {"spec_accept_length": 1.0})
-    assert not far.ok and "1.00 reported, 3 simulated" in far.detail and "last request 1.00" in far.detail
+    # 32 tokens at L=3: the first from prefill, ten verify steps of 3, an eleventh cut to 1 token.
+    near = judge_simulated([Acceptance(32 / 11, 11, 32)] * 3, 3.0, 0.25)
+    assert (
+        near.ok
+        and "2.91 reported, 3 simulated" in near.detail
+        and "96 tokens / 33 verify steps" in near.detail
+    )
+    far = judge_simulated([Acceptance(1.0, 31, 32), Acceptance(1.0, 31, 32)], 3.0, 0.25)
+    assert not far.ok and "1.03 reported" in far.detail and "per request 1.00, 1.00" in far.detail
 
 
 def test_the_tiny_mtp_profile_asks_for_a_simulated_start_with_real_draft_tokens():
@@ -123,3 +129,30 @@ def test_the_reference_keeps_its_top2_gaps_and_the_mtp_start_is_judged_by_them(t
     assert judge_greedy(greedy([11, 22, 0, 0, 0]), stored, 0.05)[0]  # a tie at token 1
     assert not judge_greedy(greedy([11, 21, 99, 41, 51]), stored, 0.05)[0]  # no gap known at token 2
     assert not judge_greedy(greedy([12, 21, 31, 41, 51]), stored, 0.05)[0]  # a clear margin at token 0
+
+
+# The scheduler's decode line as sglang#36537 quotes it (0.5.23's metrics_reporter.py wording).
+COLLAPSED = (
+    "[2026-08-30 10:00:00 TP0] Decode batch, #running-req: 9, full token usage: 0.57, mamba num: 35, "
+    "accept len: 1.00, accept rate: 0.00, cuda graph: True"
+)
+
+
+def decode_line(usage: float, accept: float) -> str:
+    return COLLAPSED.replace("full token usage: 0.57", f"full token usage: {usage:.2f}").replace(
+        "accept len: 1.00", f"accept len: {accept:.2f}"
+    )
+
+
+def test_acceptance_must_hold_as_the_kv_cache_fills():
+    assert speculative.decode_samples([COLLAPSED, "Prefill batch, #new-seq: 1"]) == [(0.57, 1.0)]
+    healthy = [decode_line(u / 20, 2.6 - u / 100) for u in range(0, 19)]
+    held = speculative.judge_kv_pressure(speculative.decode_samples(healthy), 1.0)
+    assert held.ok and "top 0.90" in held.detail
+    # sglang#36537's table: 1.78-2.59 up to 0.4, 1.03 at 0.6
+    broken = [decode_line(0.1, 2.59), decode_line(0.2, 2.4), decode_line(0.4, 1.78), decode_line(0.6, 1.03)]
+    fell = speculative.judge_kv_pressure(speculative.decode_samples(broken), 1.0)
+    assert not fell.ok and "accept len 1.03 at full token usage 0.60" in fell.detail
+    short = speculative.judge_kv_pressure(speculative.decode_samples(broken[:3]), 1.0)
+    assert not short.ok and "to 0.40 only, not past 0.6" in short.detail
+    assert not speculative.judge_kv_pressure([], 1.0).ok

@@ -21,7 +21,7 @@ from kit.scenarios import load_scenario
 from kit.scenarios.replay import ReplaySource
 from kit.startup import limits_from_spec
 from kit.startup.live import LiveView
-from kit.startup.overrun import DeadlinePolicy, LoadProgress, load_progress, still_moving
+from kit.startup.overrun import DeadlinePolicy, LoadProgress, ShardBar, load_progress, shard_bar, still_moving
 from kit.startup.result import headline, verdict_lines
 from kit.startup.up import follow_source
 from kit.startup.watch import Watcher
@@ -97,7 +97,7 @@ def test_the_live_view_says_it_once_and_shows_the_load_against_the_checkpoint_si
     assert text.count("load passed its 300 s deadline, still moving: ") == 1
     assert "followed on to READY, HUNG or CRASHED" in text
     assert "(past its 300 s deadline)" in text  # the heartbeat lines while it goes on
-    assert "of 251.3 GB read (" in text and "MB/s, ETA " in text
+    assert "of 251.3 GB (" in text and "by SGLang's shard bar; disk 156 MB/s; ETA " in text
 
 
 def test_json_lines_carry_the_deadline_event_and_the_load_progress(capsys):
@@ -128,14 +128,77 @@ def test_load_progress_counts_from_the_stage_start_and_gives_rate_and_eta():
     assert progress.read_bytes == 40_000_000_000 + 600_000_000
     assert progress.rate_bytes_s == pytest.approx(60e6)
     assert progress.eta_s == pytest.approx((234e9 - 40.6e9) / 60e6)
-    assert progress.describe() == "40.6 of 234.0 GB read (17 %), 60 MB/s, ETA 54 min"
+    assert progress.describe() == "40.6 of 234.0 GB (17 %; by block I/O read; disk 60 MB/s; ETA 54 min)"
 
 
 def test_load_progress_without_a_size_or_a_read_counter():
     assert load_progress([ActivitySample(t=0.0)], None, 10) is None
     bare = load_progress(_samples(0.0), None, None)
-    assert bare.fraction is None and bare.eta_s is None and bare.describe() == "0.0 GB read, 0 MB/s"
-    assert LoadProgress(5, None, 10).describe() == "0.0 of 0.0 GB read (50 %)"
+    assert (
+        bare.fraction is None and bare.eta_s is None and bare.describe() == "0.0 GB read (by block I/O read)"
+    )
+    assert LoadProgress(5, None, 10).describe() == "0.0 of 0.0 GB (50 %; by block I/O read)"
+
+
+# SGLang 0.5.23's bar (srt/model_loader/weight_utils.py), as the rehearsal logs it.
+BAR = "Loading safetensors checkpoint shards:  {pct}% Completed | {done}/39 [{el}<{eta}, 38.40s/it]"
+TOTAL = 251_300_000_000
+SHARD = TOTAL // 39
+
+
+def test_a_warm_page_cache_reads_nothing_from_disk_yet_the_load_moves():
+    """Issue 38: the weights in the page cache, 0.5.23's loader maps them: block I/O reads 0 bytes
+    (old reading: '0.0 of 251.3 GB (0 %)', no ETA); SGLang's bar and the mapped pages move."""
+    bar = shard_bar(BAR.format(pct=51, done=20, el="00:10", eta="00:09"))
+    assert bar == ShardBar(20, 39, 9.0)
+    samples = [
+        ActivitySample(
+            t=i,
+            read_bytes=0,
+            checkpoint_resident=(i + 1) * SHARD // 4,
+            checkpoint_mapped=SHARD,
+            storage="ext4: a local disk",
+        )
+        for i in range(3)
+    ]
+    progress = load_progress(samples, 0, TOTAL, bar)
+    assert progress.fraction == pytest.approx((20 + 0.75) / 39) and progress.basis == "SGLang's shard bar"
+    assert progress.describe() == (
+        f"{(20.75 / 39) * TOTAL / 1e9:.1f} of 251.3 GB (53 %; shard 20/39 by SGLang's shard bar; "
+        "on ext4: a local disk; ETA 9 s)"
+    )
+    assert load_progress(samples, 0, TOTAL).basis == "the ranks' mapped checkpoint pages"  # before the bar
+
+
+def test_under_memory_pressure_rereads_do_not_make_the_load_look_done():
+    """Pages evicted and read again count twice in block I/O (old reading: 100 % at shard 3 of 39)."""
+    samples = _samples(500e6, start=0, n=4, every=150.0)  # 450 GB read, counting re-reads
+    bar = shard_bar(BAR.format(pct=8, done=3, el="10:00", eta="2:00:00"))
+    progress = load_progress(samples, 0, TOTAL, bar)
+    assert progress.fraction == pytest.approx(3 / 39) and progress.eta_s == 7200.0
+    assert progress.describe().startswith(
+        "19.3 of 251.3 GB (8 %; shard 3/39 by SGLang's shard bar; disk 500 MB/s"
+    )
+
+
+def test_a_model_cache_on_nfs_counts_no_block_io_yet_shows_its_progress_and_storage():
+    """NFS reads are no block I/O (old reading: no progress at all)."""
+    samples = [
+        ActivitySample(
+            t=float(i),
+            checkpoint_resident=i * SHARD // 3,
+            checkpoint_mapped=SHARD,
+            storage="nfs4: the network (NFS)",
+        )
+        for i in range(3)
+    ]
+    progress = load_progress(samples, None, TOTAL, shard_bar(BAR.format(pct=2, done=1, el="00:40", eta="?")))
+    assert progress is not None and progress.fraction == pytest.approx((1 + 2 / 3) / 39)
+    assert progress.eta_s is None and "on nfs4: the network (NFS)" in progress.describe()
+    assert shard_bar(
+        "Loading safetensors checkpoint shards:   0% Completed | 0/39 [00:00<?, ?it/s]"
+    ) == ShardBar(0, 39, None)
+    assert shard_bar("Load weight begin. avail mem=94.20 GB") is None
 
 
 def test_still_moving_names_reads_gpu_memory_compile_and_cpu():
@@ -157,3 +220,17 @@ def test_a_hung_verdict_is_never_turned_into_a_report():
     source, _spec, limits = _replay("stalled-load")
     verdict = Watcher(source, limits).run()
     assert isinstance(verdict, Hung) and verdict.phase.value == "load"
+
+
+def test_the_deadline_line_says_whose_limit_it_was():
+    """The profile's limit, or the user's --deadline (PhaseLimits.deadlines_given)."""
+    source, spec, limits = _replay("cold-load")
+    profiles = follow_source(source, spec, limits, session="test", deadline_policy=DeadlinePolicy.VERDICT)
+    assert profiles.limit_by == "profile"
+    assert headline(profiles) == "DEADLINE in load: still going after 300 s (the profile's limit)"
+    source, spec, _ = _replay("cold-load")
+    users = limits_from_spec(spec, deadlines={"load": LOAD_DEADLINE})
+    given = follow_source(source, spec, users, session="test", deadline_policy=DeadlinePolicy.VERDICT)
+    assert given.limit_by == "--deadline"
+    assert headline(given) == "DEADLINE in load: still going after 300 s (your --deadline limit)"
+    assert problems({"type": "result", **jsonable(given)}, "up-result") == []

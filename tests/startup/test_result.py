@@ -111,3 +111,56 @@ def test_errors_the_server_went_on_after_are_said_under_the_verdict_not_as_it():
         "READY tiny after 9.0 s",
         "  went on after: TP1: ModuleNotFoundError: No module named 'y'",
     ]
+
+
+def test_a_crash_is_never_listed_as_something_the_server_went_on_after():
+    """SGLang 0.5.23 on the CPU rehearsal with a model path the image does not hold (the real log):
+    a chained traceback (HFValidationError, then OSError with the same message) and the exit. The
+    crash is the OSError; neither link is 'went on after'."""
+    from pathlib import Path
+
+    from kit.launch import resolve
+    from kit.logs import Crashed
+    from kit.logs.limits import limits_from_spec
+    from kit.runtime.source import SourceState
+    from kit.startup.up import _result
+    from kit.startup.watch import Watcher
+
+    log = Path(__file__).parents[1] / "fixtures" / "kit-logs" / "sglang-0.5.23-cpu-missing-model-path.log"
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+
+    class Exits:
+        name, started_at, base_url = "kit-tiny-x", 0.0, None
+        now, given = 0.0, False
+
+        def clock(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.now += seconds
+
+        def read(self):
+            if self.given:
+                return []
+            self.given = True
+            return [(1.0, line) for line in lines]
+
+        def sample(self, t):
+            return None
+
+        def state(self):
+            return SourceState(running=self.now < 3, exit_code=1)
+
+        def drain(self, timeout_s):
+            return []
+
+        def environment(self):
+            return None
+
+    watcher = Watcher(Exits(), limits_from_spec(resolve("tiny")))
+    verdict = watcher.run(poll_s=0.5)
+    assert isinstance(verdict, Crashed) and "Repo id must be in the form" in verdict.exception
+    result = _result(
+        "tiny", "sglang-0.5.23-cpu", "kit-tiny-x", verdict, watcher, watcher.source.now, {}, "cpu"
+    )
+    assert not any("Repo id" in line for line in result.survived_errors), result.survived_errors

@@ -109,7 +109,8 @@ def test_compilers_and_rank_cpu_are_read_off_a_real_process_tree(tmp_path):
 
     from kit.runtime.docker_source import compilers_running, process_tree, rank_cpu_seconds
 
-    ptxas = tmp_path / "ptxas"
+    # Triton 3.8's assembler for sm_120: a name (15 characters, all of comm) outside the old list.
+    ptxas = tmp_path / "ptxas-blackwell"
     shutil.copy(shutil.which("sleep"), ptxas)
     script = f"{ptxas} 30 & (exec -a sglang::scheduler_TP1 sleep 30) & wait"
     root = subprocess.Popen(["bash", "-c", script])
@@ -134,6 +135,26 @@ def test_compilers_and_rank_cpu_are_read_off_a_real_process_tree(tmp_path):
     assert process_tree(None) == [] and compilers_running([]) is None
 
 
+def test_compilers_are_matched_by_family():
+    from kit.runtime.compile_cache import is_compiler
+
+    for name in (
+        "ptxas",
+        "ptxas-blackwell",
+        "nvcc",
+        "cicc",
+        "cc1plus",
+        "ld",
+        "ld.lld",
+        "ld.gold",
+        "ninja",
+        "g++-12",
+    ):
+        assert is_compiler(name), name
+    for name in ("python3", "sglang::schedul", "bash", "sleep", "ldconfig", "tini", "docker-init"):
+        assert not is_compiler(name), name
+
+
 def test_a_gpu_nvml_cannot_read_is_a_fact_in_the_sample_not_an_exception():
     from kit.runtime.docker_source import DockerSource
 
@@ -145,3 +166,50 @@ def test_a_gpu_nvml_cannot_read_is_a_fact_in_the_sample_not_an_exception():
     source.gpus = LostGpus()
     memory, util, error = source._gpu_usage([1, 2])
     assert (memory, util) == (None, ()) and "GPU is lost" in error
+
+
+def test_writes_fall_back_on_the_cgroup_where_proc_io_is_unreadable():
+    """No process of the tree readable (another user's, no ptrace): the engine's block-I/O write
+    bytes of the container's cgroup count from the first reading, and the source says so."""
+    from kit.runtime.docker_source import DockerSource, blkio_bytes
+    from kit.runtime.processes import WriteMeter
+
+    stats = {
+        "blkio_stats": {
+            "io_service_bytes_recursive": [{"op": "read", "value": 7}, {"op": "write", "value": 5}]
+        }
+    }
+    assert (
+        blkio_bytes(stats, "write") == 5
+        and blkio_bytes(stats, "read") == 7
+        and blkio_bytes({}, "write") is None
+    )
+    source = object.__new__(DockerSource)
+    source._writes, source._cgroup_writes_at_start, source.notes = WriteMeter(), None, []
+    assert source._written([], 1000) == (0, "cgroup")
+    assert source._written([], 5096) == (4096, "cgroup")
+    assert any("cgroup" in note for note in source.notes)
+    assert source._written([], None) == (None, None)  # neither: unknown, never zero
+    assert any("unknown" in note for note in source.notes)
+
+
+def test_the_counters_a_host_lets_the_watch_read():
+    from kit.logs import ActivitySample
+    from kit.logs.counters import readable_counters
+
+    hidden = ActivitySample(t=1, cpu_seconds=2.0, read_bytes=0, compile_bytes=10, writes_via="cgroup")
+    readable = readable_counters(hidden)
+    assert "cpu" in readable.read and "writes (the container's cgroup" in readable.line()
+    assert {"compilers", "ranks' processes", "gpu memory", "network"} <= set(readable.unread)
+    full = ActivitySample(
+        t=1,
+        cpu_seconds=1,
+        read_bytes=0,
+        net_rx_bytes=0,
+        gpu_mem_bytes=0,
+        compile_bytes=0,
+        compilers=0,
+        rank_processes=(),
+        writes_via="proc",
+    )
+    assert readable_counters(full).unread == () and "/proc/PID/io" in readable_counters(full).line()

@@ -31,18 +31,23 @@ def _config(target: str) -> dict:
     return json.loads(r.model.config_path.read_text())
 
 
-def _expected_broken(config: dict, tp: int, dp_encoder: bool = False) -> set[str]:
+def _expected_broken(
+    config: dict, tp: int, dp_encoder: bool = False, *, language_only: bool = False, attn_dp: int = 1
+) -> set[str]:
     """The dimensions SGLang would fail to split at model build, by hand from config.json."""
     text = config.get("text_config", config)
     vision = config.get("vision_config", {})
     broken = set()
-    if text["num_attention_heads"] % tp:
-        broken.add("tp-heads")  # linear.py QKVParallelLinear divide(total_num_heads, tp_size)
+    attn_tp = tp // attn_dp  # runtime_context.py derive_attn_tp_size: the attention heads' group
+    if text["num_attention_heads"] % attn_tp:
+        broken.add("tp-heads")  # qwen3_5.py assert total_num_heads % attn_tp_size == 0
     kv = text.get("num_key_value_heads", text["num_attention_heads"])
-    if (tp % kv) if tp > kv else (kv % tp):
+    if (attn_tp % kv) if attn_tp > kv else (kv % attn_tp):
         broken.add("tp-kv-heads")  # replicated when tp > kv: divide(tp_size, total_num_kv_heads)
-    if text.get("linear_num_value_heads", tp) % tp:
+    if text.get("linear_num_value_heads", attn_tp) % attn_tp:
         broken.add("tp-linear-heads")  # mamba_utils.py divide(num_heads, tp_world_size)
+    if text.get("linear_num_key_heads", attn_tp) % attn_tp:
+        broken.add("tp-linear-key-heads")  # qwen3_5.py num_k_heads // attn_tp_size, floored
     if text.get("num_experts"):
         if text["moe_intermediate_size"] % tp:
             broken.add("tp-moe-intermediate")
@@ -50,7 +55,7 @@ def _expected_broken(config: dict, tp: int, dp_encoder: bool = False) -> set[str
             broken.add("tp-shared-expert-intermediate")
     elif text.get("intermediate_size", tp) % tp:
         broken.add("tp-mlp-intermediate")
-    if vision and not dp_encoder:
+    if vision and not dp_encoder and not language_only:
         if vision["num_heads"] % tp:
             broken.add("tp-vision-heads")  # layers/attention/vision.py divide(num_heads, tp_size)
         if vision["intermediate_size"] % tp:
@@ -90,16 +95,37 @@ def test_every_tp_a_target_offers_is_valid_and_splits_evenly(target, tp):
         assert len(spec.env[BIND].split("|")) >= tp
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(target=st.sampled_from(list_targets()), tp=st.integers(1, 16), dp_encoder=st.booleans())
-def test_validates_verdict_on_the_splits_agrees_with_the_model_config(target, tp, dp_encoder):
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    target=st.sampled_from(list_targets()),
+    tp=st.integers(1, 16),
+    dp_encoder=st.booleans(),
+    language_only=st.booleans(),
+    attn_dp=st.sampled_from([1, 2, 4]),
+    spelling=st.booleans(),
+)
+def test_validates_verdict_on_the_splits_agrees_with_the_model_config(
+    target, tp, dp_encoder, language_only, attn_dp, spelling
+):
+    if tp % attn_dp:
+        attn_dp = 1  # SGLang refuses a TP that attention-DP does not divide (parallel_hook.py)
     overrides = [f"tp={tp}"]
-    if dp_encoder:
+    added = ["--mm-enable-dp-encoder"] if dp_encoder else []
+    added += ["--language-model-only"] if language_only else []
+    if attn_dp > 1:  # 0.5.23's flag, or the deprecated spelling it turns into it
+        added += (
+            ["--attn-dp-size", str(attn_dp)]
+            if spelling
+            else ["--dp-size", str(attn_dp), "--enable-dp-attention"]
+        )
+    if added:
         extra = resolve_full(target).profile.extra_args
-        overrides.append("extra_args=" + json.dumps([*extra, "--mm-enable-dp-encoder"]))
+        overrides.append("extra_args=" + json.dumps([*extra, *added]))
     report = validate(target, overrides=overrides)
     found = _split_findings(report)
-    assert set(found) == _expected_broken(_config(target), tp, dp_encoder)
+    assert set(found) == _expected_broken(
+        _config(target), tp, dp_encoder, language_only=language_only, attn_dp=attn_dp
+    )
     # A GPU rank asserts; SGLang's CPU engine would pad (update_config.py): a rehearsal no GPU could run.
     assert set(found.values()) <= {"error"}
 
@@ -142,3 +168,53 @@ def test_a_vision_split_is_refused_on_a_gpu_with_the_dp_encoder_as_the_other_fix
     vision = next(f for f in report.findings if f.id == "tp-vision-heads")
     assert vision.severity == "error" and "--mm-enable-dp-encoder" in vision.fix
     assert "attention/vision.py" in vision.source
+
+
+def test_the_tiny_models_key_heads_refuse_tp_8_even_with_the_dp_encoder():
+    """Issue 38: the 4 linear key heads of qwen-tiny split over 8 ranks (models/qwen3_5.py
+    num_k_heads // attn_tp_size = 0), which the vision splits' DP encoder does not change."""
+    from catalog_helpers import run_cli
+
+    args = ["validate", "qwen-tiny", "--set", "tp=8", "--set", 'extra_args=["--mm-enable-dp-encoder"]']
+    code, out, _ = run_cli(args)
+    assert code == 1 and out.startswith("INVALID")
+    assert "error tp-linear-key-heads: TP 8 does not divide the 4 linear-attention key heads" in out
+    assert "4 // 8 = 0 whole linear-attention key heads" in out
+    assert [line for line in out.splitlines() if line.startswith("error")] == [
+        line for line in out.splitlines() if "tp-linear-key-heads" in line and line.startswith("error")
+    ]
+
+
+def test_attention_dp_narrows_the_heads_split_and_language_only_drops_the_tower():
+    # qwen-tiny: 8 heads, 2 KV heads, 4 key heads, 4 vision heads. TP 8 with attention DP 4 splits the
+    # attention over 2 ranks (all divide), the vision tower over 8 (4 heads: broken).
+    wide = validate("qwen-tiny", overrides=["tp=8", 'extra_args=["--attn-dp-size", "4"]'])
+    assert set(_split_findings(wide)) == {"tp-vision-heads"}  # its MLP: 576 over 8 divides
+    bare = validate(
+        "qwen-tiny", overrides=["tp=8", 'extra_args=["--attn-dp-size", "4", "--language-model-only"]']
+    )
+    assert set(_split_findings(bare)) == set()
+    # Attention DP 2 leaves an attention-TP width of 4 over 2 KV heads: replicated, fine; TP 16 with
+    # attention DP 2: 8 wide, over 4 key heads: broken, and named as the attention-TP width.
+    narrow = validate(
+        "qwen-tiny", overrides=["tp=16", 'extra_args=["--attn-dp-size", "2", "--language-model-only"]']
+    )
+    (keys,) = [f for f in narrow.findings if f.id == "tp-linear-key-heads"]
+    assert keys.message.startswith("attention-TP 8 does not divide the 4 linear-attention key heads")
+    assert "attention-TP width (tp / attn-dp-size) of 1, 2, 4" in keys.fix
+
+
+def test_a_fetched_config_json_is_read_instead_of_the_catalogs(tmp_path):
+    """qwen-base's catalog config estimates some keys; once `kit model fetch` has put the pinned
+    snapshot in the HF cache, validate reads that file (and says so)."""
+    r = resolve_full("qwen-base", overrides=[f"container.hf_cache={tmp_path}"])
+    real = json.loads(r.model.config_path.read_text())
+    real["text_config"]["linear_num_key_heads"] = 6  # a value no TP of 4 divides
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3.5-122B-A10B" / "snapshots" / r.spec.hf_revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(real))
+    report = validate("qwen-base", overrides=[f"container.hf_cache={tmp_path}"])
+    (finding,) = [f for f in report.findings if f.id == "tp-linear-key-heads"]
+    assert "6 linear-attention key heads" in finding.message
+    assert f"the fetched config.json (Qwen/Qwen3.5-122B-A10B@{r.spec.hf_revision[:8]})" in finding.message
+    assert validate("qwen-base").ok  # the catalog's own config: 16 key heads split over 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -175,3 +176,32 @@ def test_a_fresh_process_answers():
         check=False,
     )
     assert done.returncode == 1 and "mtp-hybrid-no-buffer" in done.stdout
+
+
+def test_a_model_path_the_image_does_not_hold_is_named_before_sglang_calls_it_a_repo_id(
+    tmp_path, monkeypatch
+):
+    """Set through the catalog (no --set key for it): validate used to pass it and SGLang then
+    stopped with 'Repo id must use alphanumeric chars'."""
+    from catalog_helpers import copy_catalog
+
+    root = copy_catalog(tmp_path)
+    model = root / "models" / "tiny.toml"
+    model.write_text(
+        model.read_text().replace('path = "/opt/kit/models/tiny"', 'path = "/opt/kit/models/tinyy"')
+    )
+    monkeypatch.setenv("KIT_CATALOG_DIR", str(root))
+    code, out, err = run_cli(["validate", "tiny"])
+    assert code != 0 and "model-path-missing" in out + err and "/opt/kit/models/tinyy" in out + err
+    assert "Repo id must be in the form" in out + err  # SGLang 0.5.23's own words for it
+    report = validate("tiny")
+    [found] = [f for f in report.findings if f.id == "model-path-missing"]
+    assert found.severity == "error" and "/opt/kit/models/tiny" in found.fix
+
+
+def test_the_image_folders_validate_knows_are_the_dockerfiles():
+    from kit.validate import IMAGE_MODELS
+
+    dockerfile = (paths.project_root() / "Dockerfile").read_text()
+    built = set(re.findall(r"(/opt/kit/models/[\w.-]+)", dockerfile))
+    assert built == set(IMAGE_MODELS["cpu"]) and set(IMAGE_MODELS["cuda"]) < built

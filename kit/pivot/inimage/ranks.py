@@ -131,7 +131,8 @@ class Rank:
         with sglang_groups.capture_context(self.prepared) as context:
             for size in plan["sizes"]:
                 captured.append(self._capture(tp, context.stream, size, int(plan.get("warmup", 2))))
-                paths.append(sglang_groups.all_reduce_path(tp, captured[-1][2]))
+                if size.get("op", "all_reduce") == "all_reduce":  # the gathers: the TP group's all_gather
+                    paths.append(sglang_groups.all_reduce_path(tp, captured[-1][2]))
         # Replayed after the context exits, as the server replays: the custom all-reduce registers
         # the buffers it saw during capture only then.
         replays = int(plan.get("replays", 20))
@@ -144,16 +145,18 @@ class Rank:
         return {"path": path, "sizes": sizes, "pynccl": pynccl, "sources": plan.get("sources") or {}}
 
     def _capture(self, tp, stream, size: dict, warmup: int):
-        """Warm up and capture `work = source; all_reduce(work)` at SIZE: (graph, source, work, out,
-        seconds); the caller keeps the tensors alive while the graph is replayed (it reads them)."""
+        """Warm up and capture `work = source; all_reduce(work)` (or `all_gather(work, dim=-1)`, the
+        logits' gather, where SIZE's op says so) at SIZE: (graph, source, work, out, seconds); the
+        caller keeps the tensors alive while the graph is replayed (it reads them)."""
         torch = self.torch
         shape = (int(size["tokens"]), int(size["hidden"]))
         source = torch.full(shape, float(self.rank + 1), dtype=torch.bfloat16, device=self.device)
         work = torch.empty_like(source)
+        gather = size.get("op") == "all_gather"
 
         def forward():
             work.copy_(source)  # in the graph: every replay starts from the same values
-            return tp.all_reduce(work)
+            return tp.all_gather(work, dim=-1) if gather else tp.all_reduce(work)
 
         for _ in range(warmup):  # as SGLang's runner: synchronize, barrier, run (twice) before capture
             self.sync()
@@ -172,8 +175,12 @@ class Rank:
         tp.barrier()
         graph.replay()
         self.sync()
-        if not bool((out == expected).all().item()):
-            wrong = int((out != expected).sum().item())
+        if size.get("op") == "all_gather":  # rank r's shard holds r + 1 everywhere
+            want = gathered_values(self.torch, self.world, out.shape, out.device)
+        else:
+            want = expected
+        if not bool((out == want).all().item()):
+            wrong = int((out != want).sum().item())
             raise Mismatch(f"{size['name']} graph: {wrong} of {out.numel()} bf16 values wrong after replay")
         tp.barrier()
         started = time.perf_counter()
@@ -184,6 +191,7 @@ class Rank:
         tokens, hidden = int(size["tokens"]), int(size["hidden"])
         return {
             "name": size["name"],
+            "op": size.get("op", "all_reduce"),
             "tokens": tokens,
             "hidden": hidden,
             "bytes": tokens * hidden * 2,
@@ -357,6 +365,14 @@ class Rank:
                 emit(ev="progress", rank=0, step="sweep", **row)
             size *= factor
         return {"sizes": len(rows), "peak_busbw_gbps": max((r["busbw_gbps"] for r in rows), default=0.0)}
+
+
+def gathered_values(torch, world: int, shape, device):
+    """What an all_gather along the last dimension of `full(rank + 1)` shards gives: each rank's
+    width of columns holding its rank + 1 (bf16-exact for any world the kit runs)."""
+    width = shape[-1] // world
+    values = torch.arange(1, world + 1, dtype=torch.bfloat16, device=device).repeat_interleave(width)
+    return values.expand(*shape)
 
 
 def graph_skip(device_kind: str, plan: dict | None, prepared: dict) -> str | None:
