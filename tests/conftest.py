@@ -1,36 +1,23 @@
 """Project-wide test policy.
 
-In CI (CI=true) a skipped test is a failure unless its reason is on ALLOWED_SKIPS: CI installs and
-starts the engine, builds the rehearsal image and installs the tests' CPU torch (scripts/test), so a
-skip there means the set-up broke, not that the test does not apply. What CI cannot have is a GPU:
-the `gpu` and `full_model` tests skip with a reason naming it (a GPU runner turns their skips into
-failures with --kit-require-gpu, see kit/testing/plugin.py).
+In CI (CI=true) a skipped test is a failure unless its reason is on tests/skip_policy.py's
+ALLOWED_SKIPS: CI installs and starts the engine, builds the rehearsal image and installs the tests'
+CPU torch (scripts/test), so a skip there means the set-up broke, not that the test does not apply.
+What CI cannot have is a GPU: the `gpu` and `full_model` tests skip with a reason naming it (a GPU
+runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
 
 import pytest
+from skip_policy import allowed_skip
 
 from kit.testing.plugin import skip_reason
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-
-# The skips CI accepts, each with why; a reason must match one from its start. Short on purpose.
-ALLOWED_SKIPS = {
-    r"no NVIDIA GPU\b": "CI has no GPU; the gpu tests run on the GPU workflows (docs/ci.md)",
-    r"(peer traffic needs two GPUs|one GPU: nothing to peer with)": "a peer test on a one-GPU runner",
-    r"the GPU image is built here": "a GPU runner has no unbuilt image to test the refusal with",
-}
-
-
-def allowed_skip(reason: str) -> str | None:
-    """Why CI accepts a skip with REASON, or None (then it fails there)."""
-    reason = reason.removeprefix("Skipped: ")
-    return next((why for pattern, why in ALLOWED_SKIPS.items() if re.match(pattern, reason)), None)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,4 @@
-"""In CI (CI=true) a skip fails unless its reason is on tests/conftest.py's short allow-list: a test
+"""In CI (CI=true) a skip fails unless its reason is on tests/skip_policy.py's short allow-list: a test
 that needs torch, the engine or an image that CI failed to provide is a failure, not a quiet skip;
 one that needs an NVIDIA GPU, which CI has none of, is not."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import ALLOWED_SKIPS, allowed_skip
+from skip_policy import ALLOWED_SKIPS, allowed_skip
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+POLICY = Path(__file__).with_name("skip_policy.py")
 SUITE = """
 import pytest
 
@@ -34,6 +35,7 @@ def test_known_to_fail():
 
 def test_in_ci_only_the_allowed_skips_pass(pytester, monkeypatch):
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makepyfile(skip_policy=POLICY.read_text(encoding="utf-8"))
     pytester.makeini("[pytest]\nmarkers =\n    docker: d\n")
     pytester.makepyfile(test_suite=SUITE)
     monkeypatch.setenv("CI", "true")
