@@ -57,6 +57,14 @@ EXITS: tuple[Exit, ...] = (
 EXIT_BY_WORD: dict[str, Exit] = {row.word: row for row in EXITS}
 
 
+def printable_line(text: str) -> str:
+    """TEXT as one line a terminal prints as it is: line breaks become spaces, and any other control
+    character (an ESC of a name given on the command line, a BEL) is written as its escape, `\\x1b`,
+    never sent raw (an escape sequence in an error would redraw or retitle the user's terminal)."""
+    text = " ".join(text.split())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class KitError(Exception):
     exit_code: int = ExitCode.FAILED
 
@@ -67,7 +75,7 @@ class KitError(Exception):
 
     def one_line(self) -> str:
         text = " ".join(self.message.split())
-        return f"{text} ({self.hint})" if self.hint else text
+        return printable_line(f"{text} ({self.hint})" if self.hint else text)
 
 
 class InputError(KitError):

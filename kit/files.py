@@ -16,6 +16,7 @@ import contextlib
 import os
 import stat
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +29,8 @@ from kit.errors import InputError
 LOG_HEAD_BYTES = 8 << 20
 LOG_TAIL_BYTES = 24 << 20
 _CHUNK = 1 << 20
+# The end of the one line that stands for a skipped middle: what follows it is the tail.
+SKIPPED_MARK = "of the middle skipped: read the head and tail]\n"
 _SNIFF = 64 << 10
 
 
@@ -132,9 +135,20 @@ def _refuse_binary(chunk: bytes, offset: int, field: str, name: str) -> None:
         )
 
 
-def read_log(source: str | Path | BinaryIO, *, field: str = "LOGFILE", name: str | None = None) -> LogText:
+SkippedLines = Callable[[str], None]
+
+
+def read_log(
+    source: str | Path | BinaryIO,
+    *,
+    field: str = "LOGFILE",
+    name: str | None = None,
+    on_skipped: SkippedLines | None = None,
+) -> LogText:
     """Read a log with a bounded memory: all of it up to LOG_HEAD_BYTES + LOG_TAIL_BYTES, else its
-    head and tail, streamed (a pipe or /dev/zero never fills memory). Not text is an InputError."""
+    head and tail, streamed (a pipe or /dev/zero never fills memory). Not text is an InputError.
+    `on_skipped` is handed the skipped middle as it streams past, whole lines at a time (what the
+    reader counts there, such as launch lines, without keeping it)."""
     if isinstance(source, (str, Path)):
         name = name or str(source)
         try:
@@ -145,13 +159,29 @@ def read_log(source: str | Path | BinaryIO, *, field: str = "LOGFILE", name: str
             raise InputError(field, f"{name} is a folder", "give a log file in it")
         try:
             with open(source, "rb") as stream:
-                return _read_stream(stream, field, name)
+                return _read_stream(stream, field, name, on_skipped)
         except OSError as exc:
             raise InputError(field, f"cannot read {name}: {exc.strerror or exc}", "give a log file") from exc
-    return _read_stream(source, field, name or "stdin")
+    return _read_stream(source, field, name or "stdin", on_skipped)
 
 
-def _read_stream(stream: BinaryIO, field: str, name: str) -> LogText:
+class _Lines:
+    """Bytes in, whole lines of text out to `sink` (a line cut between two chunks waits for its end)."""
+
+    def __init__(self, sink: SkippedLines | None, encoding: str):
+        self.sink, self.encoding, self.partial = sink, encoding, b""
+
+    def feed(self, data: bytes, *, last: bool = False) -> None:
+        if self.sink is None or self.encoding != "utf-8":  # UTF-16 lines are not cut on b"\n"
+            return
+        data = self.partial + data
+        end = len(data) if last else data.rfind(b"\n") + 1
+        self.partial = data[end:]
+        if end:
+            self.sink(data[:end].decode("utf-8", errors="replace"))
+
+
+def _read_stream(stream: BinaryIO, field: str, name: str, on_skipped: SkippedLines | None = None) -> LogText:
     head = bytearray()
     utf16 = False
     while len(head) < LOG_HEAD_BYTES:
@@ -163,10 +193,19 @@ def _read_stream(stream: BinaryIO, field: str, name: str) -> LogText:
         if not utf16:
             _refuse_binary(chunk, len(head), field, name)
         head += chunk
-    if not head.strip():
+    if not head:
         raise InputError(field, f"{name} is empty: nothing to analyse", "give the server's log")
+    if not head.strip():  # CRLF or blank lines only: not empty, but no line of text either
+        breaks = head.count(b"\n")
+        raise InputError(
+            field,
+            f"{name} holds no text, only whitespace ({len(head)} bytes, {breaks} line breaks): "
+            "nothing to analyse",
+            "give the server's log",
+        )
     tail: deque[bytes] = deque()
     kept = skipped = skipped_lines = 0
+    middle = _Lines(on_skipped, "utf-16" if utf16 else "utf-8")
     while True:
         chunk = stream.read(_CHUNK)
         if not chunk:
@@ -180,6 +219,7 @@ def _read_stream(stream: BinaryIO, field: str, name: str) -> LogText:
             kept -= len(dropped)
             skipped += len(dropped)
             skipped_lines += dropped.count(b"\n")
+            middle.feed(dropped)
     rest = b"".join(tail)
     tail.clear()
     encoding = "utf-16" if utf16 else "utf-8"
@@ -191,14 +231,13 @@ def _read_stream(stream: BinaryIO, field: str, name: str) -> LogText:
         cut += cut % 2
     skipped += cut
     skipped_lines += rest[:cut].count(b"\n")
+    middle.feed(rest[:cut], last=True)
     rest = rest[cut:]
     body = (
         rest.decode("utf-16-le" if head.startswith(codecs.BOM_UTF16_LE) else "utf-16-be", errors="replace")
         if utf16
         else rest.decode("utf-8", errors="replace")
     )
-    marker = (
-        f"\n[kit: {skipped} bytes ({skipped_lines} lines) of the middle skipped: read the head and tail]\n"
-    )
+    marker = f"\n[kit: {skipped} bytes ({skipped_lines} lines) {SKIPPED_MARK}"
     text = bytes(head).decode(encoding, errors="replace") + marker + body
     return LogText(text, len(head) + len(rest) + skipped, skipped, skipped_lines, encoding)

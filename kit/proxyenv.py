@@ -9,9 +9,14 @@ for loopback sends the warm-up to the proxy, which answers 403/502/503 or nothin
 fails although the server is fine. Docker injects the client's configured proxies
 (~/.docker/config.json `proxies.default`) into every container it creates.
 
-The matching follows requests' `should_bypass_proxies`: entries separated by commas, `*` for
-every host, an IP or a CIDR block for IP hosts, a domain suffix for names. The kit's own requests
-never use a proxy (kit/runtime/http.py); this is about the server's.
+The matching follows requests' `should_bypass_proxies` (requests/utils.py, 2.34.2 as the images lock
+it): entries separated by commas, `*` for every host, an IP or a CIDR block for IP hosts, a domain
+suffix for names. Which variable it reads follows the same function: `os.environ.get("no_proxy") or
+os.environ.get("NO_PROXY")`, the lowercase one alone when it is set and not empty; urllib, which it
+asks too (`proxy_bypass`), keeps the lowercase one over the uppercase in `getproxies_environment`
+(Lib/urllib/request.py, CPython 3.11). So `no_proxy=localhost` with `NO_PROXY=127.0.0.1` sends
+127.0.0.1 to the proxy. The kit's own requests never use a proxy (kit/runtime/http.py); this is
+about the server's.
 """
 
 from __future__ import annotations
@@ -41,11 +46,14 @@ class ProxyGap:
 
     variables: tuple[str, ...]  # the proxy variables set
     proxy: str  # the first one's value, credentials removed
-    no_proxy: str  # NO_PROXY/no_proxy as set ("" when unset)
+    no_proxy: str  # the value requests reads ("" when neither is set)
     uncovered: tuple[str, ...]  # the loopback hosts NO_PROXY does not cover
+    no_proxy_name: str = "NO_PROXY"  # the variable it comes from: no_proxy wins when set
 
     def describe(self, where: str = "the server's environment") -> str:
-        no = f"NO_PROXY={self.no_proxy!r}" if self.no_proxy else "no NO_PROXY"
+        no = f"{self.no_proxy_name}={self.no_proxy!r}" if self.no_proxy else "no NO_PROXY"
+        if self.no_proxy_name == "no_proxy":
+            no += " (requests reads no_proxy alone when it is set, not NO_PROXY)"
         return (
             f"{where} sets a proxy ({', '.join(self.variables)}={self.proxy}) and {no}: "
             f"NO_PROXY does not cover {', '.join(self.uncovered)}, so SGLang's own warm-up request "
@@ -81,16 +89,24 @@ def covered(no_proxy: str, host: str) -> bool:
     return any(_covers(entry, host) for entry in no_proxy.replace(" ", ",").split(","))
 
 
+def no_proxy_of(env: Mapping[str, str]) -> tuple[str, str]:
+    """(name, value) of the no-proxy variable requests reads: `no_proxy` when set and not empty, else
+    `NO_PROXY` (requests' `get_proxy`: `os.environ.get(key) or os.environ.get(key.upper())`)."""
+    if env.get("no_proxy"):
+        return "no_proxy", env["no_proxy"]
+    return "NO_PROXY", env.get("NO_PROXY", "")
+
+
 def loopback_gap(env: Mapping[str, str]) -> ProxyGap | None:
     """The gap, or None when no proxy is set or NO_PROXY covers 127.0.0.1, localhost and 0.0.0.0."""
     variables = tuple(name for name in PROXY_VARIABLES if env.get(name, "").strip())
     if not variables:
         return None
-    no_proxy = ",".join(v for v in (env.get("no_proxy", ""), env.get("NO_PROXY", "")) if v.strip())
+    name, no_proxy = no_proxy_of(env)
     uncovered = tuple(host for host in LOOPBACK_HOSTS if not covered(no_proxy, host))
     if not uncovered:
         return None
-    return ProxyGap(variables, redact(env[variables[0]].strip()), no_proxy, uncovered)
+    return ProxyGap(variables, redact(env[variables[0]].strip()), no_proxy, uncovered, name)
 
 
 def docker_client_env(config: Mapping[str, object]) -> dict[str, str]:

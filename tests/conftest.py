@@ -1,9 +1,10 @@
 """Project-wide test policy.
 
-In CI (CI=true) a skipped `docker` test is a failure: CI installs and starts the engine and builds
-the rehearsal image, so a skip there means the set-up broke, not that the test does not apply.
-`gpu` and `full_model` tests are exempt: CI has no GPU and they skip with a reason naming what is
-missing (a GPU runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
+In CI (CI=true) a skipped test is a failure unless its reason is on tests/skip_policy.py's
+ALLOWED_SKIPS: CI installs and starts the engine, builds the rehearsal image and installs the tests'
+CPU torch (scripts/test), so a skip there means the set-up broke, not that the test does not apply.
+What CI cannot have is a GPU: the `gpu` and `full_model` tests skip with a reason naming it (a GPU
+runner turns their skips into failures with --kit-require-gpu, see kit/testing/plugin.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import os
 import secrets
 
 import pytest
+from skip_policy import allowed_skip
 
-from kit.testing.plugin import needs_gpu, skip_reason
+from kit.testing.plugin import skip_reason
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -22,9 +24,13 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    if IN_CI and report.skipped and item.get_closest_marker("docker") and not needs_gpu(item):
-        report.outcome = "failed"
-        report.longrepr = f"a docker test skipped in CI, which must run it: {skip_reason(report)}"
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = skip_reason(report)
+        if allowed_skip(reason) is None:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"skipped in CI, which must run it (not on tests/conftest.py's ALLOWED_SKIPS): {reason}"
+            )
 
 
 pytest_plugins = ["pytester"]

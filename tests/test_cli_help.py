@@ -58,6 +58,17 @@ def _run(*argv: str) -> tuple[int, str, str]:
     return int(info.value.code or 0), out.getvalue(), err.getvalue()
 
 
+def test_every_command_module_the_cli_imports_exists():
+    # _register imports each one and lets no ModuleNotFoundError pass: a module named here that does
+    # not exist (kit.cli.watch did) is a broken kit, not a command "not written yet".
+    import importlib.util
+
+    from kit.cli import _COMMAND_MODULES
+
+    assert [m for m in _COMMAND_MODULES if importlib.util.find_spec(m) is None] == []
+    assert len(set(_COMMAND_MODULES)) == len(_COMMAND_MODULES)
+
+
 def test_the_walk_finds_every_command():
     assert {"up", "watch", "analyze", "smoke", "repro", "bundle create", "check", "doctor"} <= set(COMMANDS)
     assert len(COMMANDS) > 35
@@ -187,6 +198,46 @@ def test_docs_list_each_command_as_its_help_does():
     for name, listed in rows.items():
         shown = [f"{code} {word}" for code, word, _ in _rows(_help(COMMANDS[name][0]))]
         assert listed.strip() == ", ".join(shown), name
+
+
+_OPTION = re.compile(r"--[a-z][a-z-]*")
+
+
+def readme_commands(cell: str) -> list[tuple[tuple[str, ...], set[str]]]:
+    """Each `kit ...` in a README table cell: the commands it names (`render sglang/docker/lws` and
+    `cache show / clear` name several) and the --options it shows for them."""
+    found = []
+    for code in re.findall(r"`kit ([^`]+)`", cell):
+        tokens = code.replace("\\|", " ").split()
+        group: click.Command = cli
+        paths: list[tuple[str, ...]] = [()]
+        while isinstance(group, click.Group) and tokens:
+            names: list[str] = []
+            while tokens and (parts := [n for n in tokens[0].split("/") if n]) is not None:
+                if tokens[0] != "/" and not all(n in group.commands for n in parts):
+                    break
+                names += parts
+                tokens.pop(0)
+            if not names:
+                break
+            paths = [(*path, name) for path in paths for name in names]
+            group = group.commands[names[0]]
+        found += [(path, set(_OPTION.findall(" ".join(tokens)))) for path in paths]
+    return found
+
+
+def test_readme_shows_each_command_only_options_it_takes():
+    # README's table listed --gpus for `render sglang/lws`, which refuse it (no such option).
+    rows = [line.split(" | ")[0] for line in (ROOT / "README.md").read_text().splitlines()]
+    named = [item for row in rows if row.startswith("| `kit ") for item in readme_commands(row)]
+    assert len(named) > 30 and {("render", "lws"), ("cache", "clear"), ("up",)} <= {p for p, _ in named}
+    wrong = {}
+    for path, options in named:
+        command = COMMANDS[" ".join(path)][1]
+        takes = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+        if options - takes:
+            wrong[" ".join(path)] = sorted(options - takes)
+    assert wrong == {}
 
 
 def test_the_help_table_is_every_command_with_its_own_first_paragraph():

@@ -24,6 +24,40 @@ def test_write_atomic_writes_and_replaces_a_regular_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.tar.gz"]  # no temporary left
 
 
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path):
+    # The disk fills up (here: the process may write at most 64 KiB per file, RLIMIT_FSIZE, so the
+    # write fails with EFBIG half-way): the file that was there keeps its old bytes, no temporary is
+    # left, and the error is the kit's one line. A plain write would leave 64 KiB of the new data.
+    import resource
+    import signal
+
+    target = tmp_path / "b.tar.gz"
+    target.write_bytes(b"the old bundle")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's kill
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))
+    try:
+        with pytest.raises(InputError, match="cannot write") as info:
+            write_atomic(target, b"x" * (1 << 20))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert info.value.one_line().startswith("-o: ")
+    assert target.read_bytes() == b"the old bundle"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.tar.gz"]
+
+
+def test_a_reader_of_the_old_file_keeps_it_whole(tmp_path):
+    # Renamed over, not written into: a reader that opened the file before (kit bundle show, a
+    # watcher) reads the old bytes to the end, never a mix.
+    target = tmp_path / "b.tar.gz"
+    target.write_bytes(b"old" * 1000)
+    with open(target, "rb") as reader:
+        write_atomic(target, b"new" * 10)
+        assert reader.read() == b"old" * 1000
+    assert target.read_bytes() == b"new" * 10
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder", "socket", "symlink"])
 def test_write_atomic_refuses_what_is_not_a_regular_file_and_leaves_it(tmp_path, kind):
     target = tmp_path / "x"
@@ -65,7 +99,12 @@ def test_an_empty_name_is_refused():
 
 @pytest.mark.parametrize(
     ("data", "why"),
-    [(b"", "is empty"), (b"\n \n", "is empty"), (b"ELF\x02\x01\x00\x00", "NUL byte at offset 5")],
+    [
+        (b"", "is empty"),
+        (b"\n \n", r"holds no text, only whitespace \(3 bytes, 2 line breaks\)"),
+        (b"\r\n" * 4, r"holds no text, only whitespace \(8 bytes, 4 line breaks\)"),  # not "empty"
+        (b"ELF\x02\x01\x00\x00", "NUL byte at offset 5"),
+    ],
 )
 def test_what_is_not_text_is_refused(tmp_path, data, why):
     path = tmp_path / "log"

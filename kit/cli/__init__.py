@@ -13,17 +13,16 @@ import sys
 import click
 
 from kit.cli.exits import epilog
-from kit.errors import EXITS, ExitCode, KitError
+from kit.errors import EXITS, ExitCode, KitError, printable_line
 
 # Each command module registers itself on `cli`; the list is explicit so `kit --help` is stable.
 _COMMAND_MODULES = (
-    "kit.cli.up",
+    "kit.cli.up",  # up, watch
     "kit.cli.model",
     "kit.cli.bundle",  # bundle create/show/diff
     "kit.cli.repro",
     "kit.cli.image",  # with image lock (kit.cli.image_lock)
     "kit.cli.catalog",
-    "kit.cli.watch",
     "kit.cli.smoke",
     "kit.cli.analyze",
     "kit.cli.scenario",
@@ -84,12 +83,8 @@ cli.epilog = epilog(tuple(row.word for row in EXITS)).replace(
 def _register() -> None:
     import importlib
 
-    for name in _COMMAND_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a command module not written yet
-            if exc.name != name:
-                raise
+    for name in _COMMAND_MODULES:  # every one exists: a missing one is a broken kit, said loudly
+        importlib.import_module(name)
 
 
 # click 8.2 renamed NoArgsIsHelp to NoArgsIsHelpError; a bare `kit` or `kit image` prints help.
@@ -102,7 +97,8 @@ except ImportError:  # click < 8.2
 def _fail(message: str, code: int) -> None:
     from kit.output import err_console  # rich: only when there is an error to print
 
-    err_console().print(f"kit: error: {message}", markup=False, highlight=False)
+    # click's messages quote the value as given: control characters are escaped here, the one edge.
+    err_console().print(f"kit: error: {printable_line(message)}", markup=False, highlight=False)
     sys.exit(code)
 
 

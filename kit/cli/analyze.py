@@ -40,12 +40,14 @@ def analyze(logfile: str, as_json: bool, target: str | None) -> None:
     floor = _accept_floor(target)
     if logfile == "-":
         from kit.files import read_log
+        from kit.logs.attempts import LaunchCounter
 
+        middle = LaunchCounter()
         try:  # bounded and checked like a file: `- < /dev/zero` is refused at its first NUL
-            log = read_log(sys.stdin.buffer, name="stdin")
+            log = read_log(sys.stdin.buffer, name="stdin", on_skipped=middle)
         except OSError as exc:
             raise InputError("LOGFILE", f"cannot read stdin: {exc}", "pipe a log in, or give a file") from exc
-        report = with_skipped(analyze_text(log.text, source="-", accept_floor=floor), log)
+        report = with_skipped(analyze_text(log.text, source="-", accept_floor=floor), log, middle.launches)
     elif _is_bundle(logfile):  # a bundle: its full log (a damaged one is exit 2, one line)
         from kit.diagnose.bundle import bundle_log_text
 
@@ -188,14 +190,13 @@ def _human(report: AnalysisReport, out: Console) -> None:
     if report.skipped is not None:
         out.print(
             f"read as head and tail: the middle {report.skipped.bytes / 1e6:,.1f} MB "
-            f"({report.skipped.lines:,} lines) was skipped to keep memory bounded; attempts and counts "
-            "below are those of the part read",
+            f"({report.skipped.lines:,} lines) was skipped to keep memory bounded (its launches counted, "
+            "not judged)",
             markup=False,
             highlight=False,
         )
     if report.attempt.count > 1:
-        counted = " in the part read" if report.skipped is not None else ""
-        out.print(f"{report.attempt.summary}{counted} (from line {report.attempt.first_line})", markup=False)
+        out.print(f"{report.attempt.summary} (from line {report.attempt.first_line})", markup=False)
     if report.startup_s is not None:
         out.print(f"ready after {report.startup_s:.0f} s")
 

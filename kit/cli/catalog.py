@@ -322,6 +322,7 @@ def render_docker(
     "--build-context",
     default=".",
     show_default=True,
+    type=LINE,
     metavar="PATH",
     help="The repository root as the file will see it (build: context), for a file kept elsewhere.",
 )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import click
 
 from kit.cli import cli
 from kit.cli.exits import DOCUMENT, PLAIN, exits
-from kit.cli.params import FiniteFloat, InputFile, resolver_timeout
+from kit.cli.image_build import build_with_progress, built_line
+from kit.cli.params import LINE, FiniteFloat, InputFile, resolver_timeout
 from kit.cli.signals import interruptible
-from kit.output import console, err_console, show
+from kit.output import console, show
 
 
 @exits(*PLAIN)
@@ -71,10 +71,8 @@ def build(
 ) -> None:
     """Build kit/sglang:NAME from images/NAME.toml and its lock images/NAME.lock, with live progress.
     With --from-bundle B: the image bundle B ran, from its lock, as kit/sglang:NAME-bundle-DIGEST."""
-    from rich.markup import escape
-
     from kit.errors import InputError
-    from kit.images.build import BuildOptions, build_image
+    from kit.images.build import BuildOptions
     from kit.images.manifest import load_manifest
     from kit.images.pipconfig import pip_defaults
 
@@ -93,17 +91,7 @@ def build(
         tag=tag,
         apt=apt,  # type: ignore[arg-type]
     )
-    progress = _BuildProgress(options.tag or manifest.tag)
-    with progress:
-        result = build_image(manifest, options, on_line=progress.line)
-    show(
-        result,
-        as_json=as_json,
-        human=lambda r, c: c.print(
-            f"[bold green]built[/] {r.tag} ({r.image_id[:19]}) in {r.seconds:.0f} s; "
-            f"torch from {r.torch_source}; {escape(r.base)}; log {r.log_path}"
-        ),
-    )
+    show(build_with_progress(manifest, options), as_json=as_json, human=lambda r, c: c.print(built_line(r)))
 
 
 def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
@@ -135,62 +123,6 @@ def bundle_build_options(path, *, trusted: bool) -> tuple[str, str, str]:
         )
     assert judged.manifest is not None
     return judged.manifest, text, f"kit/sglang:{judged.manifest}-bundle-{judged.digest[7:19]}"
-
-
-class _BuildProgress:
-    """Which step, for how long, and its last output: a live status on a terminal (ticking every
-    second even while a RUN step prints nothing); step lines, slow-step times and a heartbeat every
-    30 s in plain logs (CI)."""
-
-    def __init__(self, tag: str):
-        import threading
-        import time
-
-        from kit.images.build import BuildSteps
-
-        self.tag = tag
-        self.tty = sys.stderr.isatty()
-        self._clock = time.monotonic
-        self.steps = BuildSteps(started=self._clock())
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="kit-build-progress", daemon=True)
-        self._status = err_console().status(f"building {tag}") if self.tty else None
-
-    def __enter__(self):
-        if self._status:
-            self._status.__enter__()
-        else:
-            err_console().print(f"building {self.tag}", markup=False)
-        self._ticker.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._ticker.join(timeout=2)
-        if self._status:
-            self._status.__exit__(*exc)
-
-    def _tick(self) -> None:
-        while not self._stop.wait(1.0):
-            with self._lock:
-                now = self._clock()
-                if self._status:
-                    self._status.update(f"building {self.tag}  {self.steps.status(now)}")
-                elif beat := self.steps.heartbeat(now):
-                    err_console().print(beat, markup=False, highlight=False)
-
-    def line(self, text: str) -> None:
-        with self._lock:
-            now = self._clock()
-            printed = self.steps.line(text, now)
-            if text.startswith("kit: "):  # the kit's own word (its base, the locked system packages)
-                err_console().print(text.strip(), markup=False, highlight=False)
-            if self._status:
-                self._status.update(f"building {self.tag}  {self.steps.status(now)}")
-            else:
-                for line in printed:
-                    err_console().print(line, markup=False, highlight=False)
 
 
 @exits(*PLAIN)
@@ -411,8 +343,8 @@ def _human_verify(result, out) -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", json=DOCUMENT)
 @image.command("diff")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=LINE)
+@click.argument("b", type=LINE)
 @click.option(
     "--files",
     is_flag=True,

@@ -10,6 +10,7 @@ import click
 from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, PLAIN, exits
+from kit.cli.params import LINE
 from kit.output import err_console, show
 
 PLAIN_EVERY_S = 10.0
@@ -24,7 +25,9 @@ def model() -> None:
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT", "INTERRUPTED", json=DOCUMENT)
 @model.command("fetch")
 @target_options
-@click.option("--revision", metavar="COMMIT", help="Fetch this commit instead of the catalog's pin.")
+@click.option(
+    "--revision", type=LINE, metavar="COMMIT", help="Fetch this commit instead of the catalog's pin."
+)
 @click.option("--no-xet", is_flag=True, help="Plain HTTP (resumable by byte) even where hf_xet is installed.")
 @json_option
 def fetch_cmd(

@@ -10,6 +10,7 @@ option, what is wrong and the syntax with an example (exit 2, kit/cli/__init__.p
     SetValue      --set KEY=VALUE, the key and the value's type checked against the profile schema
     InputFile     a file read whole (a CA bundle): regular, not empty, bounded
     Line          one line of printable text (names, paths): nothing a rendered file would split on
+    ContainerRef  a container's name or id, as Docker allows them (before the engine is asked)
     LogFile       --log FILE of a host server: a regular file, or none yet in a folder that exists
     OutputFile    -o FILE: a regular file or nothing yet, in a folder that exists (kit.files)
 """
@@ -237,7 +238,30 @@ class LogFile(Line):
         return text
 
 
+# Docker's rule for container names (moby daemon/names/names.go, RestrictedNamePattern
+# `^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$`); an id or its prefix (hex) fits it too, from one character.
+_CONTAINER = re.compile(r"/?[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+
+
+class ContainerRef(click.ParamType):
+    """A container's name or id: what Docker allows in one, checked before the engine is asked (a
+    name with a space, a slash or an escape is no container's, whether an engine answers or not)."""
+
+    name = "container"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not _CONTAINER.fullmatch(text) or len(text) > NAME_MAX:
+            refuse(
+                param,
+                f"{text!r} is not a container name or id",
+                "letters, digits, '_', '.' and '-', as 'kit ps' or 'docker ps' shows it",
+            )
+        return text
+
+
 LINE = Line()
+CONTAINER = ContainerRef()
 LOG_FILE = LogFile()
 SET_VALUE = SetValue()
 LIMIT_VALUE = LimitValue()

@@ -12,7 +12,7 @@ from kit.cli import cli
 from kit.cli.catalog import json_option, target_options
 from kit.cli.exits import DOCUMENT, LINES, exits
 from kit.cli.host import gpus_option
-from kit.cli.params import LIMIT_VALUE, LINE, LOG_FILE, PID
+from kit.cli.params import CONTAINER, LIMIT_VALUE, LINE, LOG_FILE, PID
 from kit.cli.serving import serve_options
 from kit.cli.signals import interruptible
 from kit.output import console, emit_json, jsonable, show
@@ -118,6 +118,27 @@ def _limit_options(func):
     return func
 
 
+def ensure_image(spec, *, build: bool) -> None:
+    """The target's image is here, or is built now from its manifest and lock with progress on
+    stderr (stdout keeps --json clean); with build=False a missing image is ENVIRONMENT naming
+    `kit image build`."""
+    from kit.cli.image_build import build_with_progress, built_line
+    from kit.errors import EnvironmentProblem
+    from kit.images.manifest import load_manifest
+    from kit.output import err_console
+    from kit.runtime.engine import image_exists
+
+    if image_exists(spec.image_ref):
+        return
+    if not build:
+        raise EnvironmentProblem(
+            f"image {spec.image_ref} not built (--no-build)",
+            hint=f"run 'kit image build {spec.image}', or kit up without --no-build builds it",
+        )
+    err_console().print(f"image {spec.image_ref} not built: building it from images/{spec.image}.lock")
+    err_console().print(built_line(build_with_progress(load_manifest(spec.image))))
+
+
 def first_token_option(default: bool, why: str):
     """The same switch on `kit up` and `kit watch`: at READY, time one chat request (a failed one is
     CRASHED). Up starts its own server and asks by default; watch follows someone else's server and
@@ -153,6 +174,11 @@ def fault_option(help: str):
 @no_validate_option
 @fault_option("CPU rehearsal only, test-only: plant a fault (hang-init, crash-load, ...).")
 @click.option("--keep", is_flag=True, help="Leave the container running (or stopped) afterwards.")
+@click.option(
+    "--no-build",
+    is_flag=True,
+    help="Refuse (ENVIRONMENT) when the image is not built, instead of building it from its lock first.",
+)
 @first_token_option(True, "the server is the kit's own")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: milestones, activity, then the result.")
 @_limit_options
@@ -165,6 +191,7 @@ def up(
     no_validate,
     fault,
     keep,
+    no_build,
     first_token,
     as_json,
     deadline,
@@ -174,6 +201,8 @@ def up(
 ) -> None:
     """Start TARGET in a container, show its start-up phases live, end with a verdict.
 
+    An image not built yet is built first from images/NAME.toml and its lock, with the progress of
+    `kit image build` (as Compose builds a missing service image); --no-build refuses instead.
     A stage past its deadline that still moves is reported and followed on (READY with the stage
     named); the container is removed afterwards unless --keep, and never for a passed deadline.
     With --serve it is watched while it serves until it hangs or crashes (a bundle; HUNG or CRASHED)
@@ -194,7 +223,8 @@ def up(
     require_model(spec)  # a missing model: one line with the fetch command, before any container
     api_key_from_env(spec, required=bool(spec.api_key_env))
     limits = _limits(spec, deadline, stall)
-    check_start(spec, fault=fault)  # the fault switch, the engine, the image, the GPUs
+    check_start(spec, fault=fault, image=False)  # the fault switch, KIT_RUN_LABELS, the GPUs
+    ensure_image(spec, build=not no_build)  # the engine, then the image: built here if missing
     for line in proxy_warnings(spec, read_client_proxy_env()):  # stderr: --json stays clean
         err_console().print(line, markup=False, highlight=False)
     interruptible()
@@ -217,7 +247,7 @@ def up(
 
 @exits(*VERDICT_EXITS, json=LINES)
 @cli.command()
-@click.argument("container", required=False)
+@click.argument("container", required=False, type=CONTAINER)
 @click.option(
     "--pid",
     type=PID,
@@ -403,7 +433,7 @@ def _print_ps(rows, out) -> None:
 
 @exits("OK", "USAGE", "ENVIRONMENT", "INTERRUPTED")
 @cli.command()
-@click.argument("container")
+@click.argument("container", type=CONTAINER)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option(
     "--tail",
@@ -421,7 +451,7 @@ def logs(container: str, follow: bool, tail: int | None) -> None:
 
 @exits("OK", "FAILED", "USAGE", "ENVIRONMENT")
 @cli.command()
-@click.argument("containers", metavar="[CONTAINER]...", nargs=-1)
+@click.argument("containers", metavar="[CONTAINER]...", nargs=-1, type=CONTAINER)
 @click.option("--all", "all_", is_flag=True, help="Every container the kit started (not Compose's services).")
 def down(containers: tuple[str, ...], all_: bool) -> None:
     """Stop and remove the kit's containers (by name, or --all; Compose's services only by name)."""

@@ -6,6 +6,8 @@ kit.diagnose.fingerprint.FactSource, and fingerprint.build makes every fingerpri
     HostProcessFacts   a server running as host processes (kit watch --pid/--unit, kit bundle --pid)
     PastedLogFacts     a pasted log (kit bundle create --from-log): the target's launch, nothing ran
     HereFacts          this machine and a launch about to start on a local image (kit repro's diff)
+    HostReplayFacts    a host process's bundle replayed in the nearest kit image (kit repro)
+    Unrecorded         a run folder written by a kit that recorded no fingerprint: nothing to read
 
     facts_of_run(source, spec, host=)   the adapter for what kit up / kit watch followed
 
@@ -356,3 +358,64 @@ class HereFacts:
 
     def raw_launch(self) -> tuple[dict[str, str], list[str]]:
         return dict(self.spec.env), list(self.spec.argv)
+
+
+class HostReplayFacts:
+    """A host process's bundle replayed in the nearest kit image: the image is that manifest's (its
+    pins; the image that will run is read by kit repro's own side), the versions, host and GPUs are
+    the bundle's (what ran it: the differences the plan shows first), the launch is the bundle's with
+    the image's launcher in front of SGLang's flags and the catalog's container settings."""
+
+    absent = None
+
+    def __init__(self, fingerprint: dict, image: str, target: str, argv: Any, argv_from: str):
+        self.finger, self.image_name, self.target = fingerprint, image, target
+        self.argv, self.argv_from = argv, argv_from
+        made = fingerprint.get("made")
+        self.by = f"kit repro (nearest image; bundle made by {fp.known((made or {}).get('by')) or 'kit'})"
+
+    def image(self) -> tuple[dict, Any, str | None]:
+        why = f"a host process's bundle, replayed in {self.image_name}: its image is the manifest's"
+        section, _ = facts.image_facts_of_manifest(self.image_name, why)
+        return (
+            section,
+            self.finger.get("versions") or fp.versions_unknown("the bundle records no versions"),
+            None,
+        )
+
+    def host(self) -> dict:
+        return self.finger.get("host") or fp.host_unknown("the bundle records no host")
+
+    def nvidia(self) -> Any:
+        return self.finger.get("nvidia") or fp.unknown("the bundle records no GPUs")
+
+    def launch(self) -> fp.Launch:
+        launch = self.finger["launch"]
+        keys = ("profile", "model", "dialect", "device", "ranks", "overrides", "port")
+        return fp.Launch(
+            {"target": self.target, **{key: launch.get(key) for key in keys}},
+            argv=self.argv,
+            env=launch.get("env", fp.unknown("the bundle names no environment")),
+            settings={},  # the catalog's container settings (shm, ipc, ulimits) for the replay
+            argv_from=self.argv_from,
+        )
+
+    def process(self) -> None:
+        return None  # the replay is a container
+
+    def raw_launch(self) -> tuple[dict[str, str], list[str]]:
+        env = fp.known(self.finger["launch"].get("env"))
+        return (dict(env) if isinstance(env, dict) else {}), (
+            list(self.argv) if isinstance(self.argv, list) else []
+        )
+
+
+class Unrecorded:
+    """A run recorded by a kit that wrote no fingerprint (kit bundle create RUN): nothing to read,
+    and the fingerprint says why (fingerprint.failed's shape, as for a process that is gone)."""
+
+    def __init__(self, by: str, why: str):
+        self.by, self.absent = by, why
+
+    def raw_launch(self) -> tuple[dict[str, str], list[str]]:
+        return {}, []

@@ -160,6 +160,7 @@ def host_replay(bundle: Any, manifests: Sequence[Any] | None = None) -> HostRepl
     """For a bundle of a host process: the nearest image written into its fingerprint, the argv's
     interpreter replaced by the catalog's launcher, container settings left to the catalog.
     None for any other bundle (its own image is replayed)."""
+    from kit.diagnose.fact_sources import HostReplayFacts
     from kit.diagnose.hostenv import infer_target
     from kit.images.manifest import load_all
     from kit.launch import resolve
@@ -169,7 +170,7 @@ def host_replay(bundle: Any, manifests: Sequence[Any] | None = None) -> HostRepl
         return None
     versions = finger.get("versions") if isinstance(finger.get("versions"), dict) else {}
     choice = nearest_image(load_all() if manifests is None else manifests, versions)
-    launch = dict(finger["launch"])
+    launch = finger["launch"]
     argv = fp.known(launch.get("argv"))
     target = fp.known(launch.get("target")) or (infer_target(argv) if isinstance(argv, list) else None)
     if not isinstance(target, str):
@@ -184,6 +185,7 @@ def host_replay(bundle: Any, manifests: Sequence[Any] | None = None) -> HostRepl
         f"a host process, replayed in the nearest kit image {choice.manifest} "
         f"(score {choice.score:g} of {choice.best:g}; same: {', '.join(choice.same) or 'none'})"
     ]
+    argv_out, argv_from = launch.get("argv"), str(launch.get("argv_from") or "the host bundle's argv")
     if isinstance(argv, list):
         replayed = replay_argv([str(a) for a in argv], launcher)
         if replayed is None:
@@ -192,12 +194,14 @@ def host_replay(bundle: Any, manifests: Sequence[Any] | None = None) -> HostRepl
             before = [str(a) for a in argv[: len(argv) - len(replayed) + len(launcher)]]
             if before != launcher:
                 notes.append(f"argv: the host's {' '.join(before)} -> {' '.join(launcher)} (the image's)")
-            launch["argv"] = replayed
-    launch["target"] = target
-    launch["container"] = {}  # the catalog's container settings (shm, ipc, ulimits) for the replay
-    image = dict(finger.get("image") or {})
-    image.update({"name": choice.manifest, "tag": choice.tag})
-    changed = {**finger, "image": image, "launch": launch}
+                argv_from = f"the host process's argv with {choice.manifest}'s launcher (kit repro)"
+            argv_out = replayed
+    recorded = launch.get("limits")
+    limits = (
+        fp.limits_from_data(recorded) if isinstance(recorded, dict) and not fp.is_unknown(recorded) else None
+    )
+    source = HostReplayFacts(finger, choice.manifest, target, argv_out, argv_from)
+    changed = fp.build(source, limits).fingerprint
     members = {**bundle.members, "fingerprint.json": (json.dumps(changed, indent=2) + "\n").encode()}
     replayed_bundle = dataclasses.replace(bundle, members=members)
     # summary.md must agree with the rewritten fingerprint, or repro reads the rewrite as a hand edit;

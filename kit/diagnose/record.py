@@ -36,7 +36,7 @@ from kit.diagnose.bundle import (
     safe_stem,
     write_bundle,
 )
-from kit.diagnose.fact_sources import ContainerFacts, HostServer, PastedLogFacts, facts_of_run
+from kit.diagnose.fact_sources import ContainerFacts, HostServer, PastedLogFacts, Unrecorded, facts_of_run
 from kit.diagnose.picture import svg_of_result
 from kit.diagnose.redact import Redactor
 from kit.errors import InputError, KitError
@@ -237,11 +237,7 @@ def bundle_from_run(folder: Path, out: Path | None = None, *, redactor: Redactor
         fingerprint = _read_json(fingerprint_path, "RUN")
     else:
         why = "the run was recorded by a kit that wrote no fingerprint"
-        fingerprint = {
-            "format": fp.FORMAT,
-            "made": fp.made("kit bundle create RUN"),
-            **{k: fp.unknown(why) for k in ("image", "versions", "host", "nvidia", "launch")},
-        }
+        fingerprint = fp.build(Unrecorded("kit bundle create RUN", why), None).fingerprint
     log_path = folder / "server.log"
     log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
     stacks = {

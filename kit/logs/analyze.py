@@ -19,7 +19,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kit.errors import ExitCode
-from kit.logs.attempts import Attempts
+from kit.files import SKIPPED_MARK
+from kit.logs.attempts import Attempts, LaunchCounter, across_skipped
 from kit.logs.causes import match_causes
 from kit.logs.digest import digest_text
 from kit.logs.events import Event, Milestone, Note, Phase
@@ -316,18 +317,36 @@ def analyze_path(
     empty or binary is an InputError) and analyse it."""
     from kit.files import read_log
 
-    log = read_log(path)
+    middle = LaunchCounter()
+    log = read_log(path, on_skipped=middle)
     report = analyze_text(log.text, source=str(path), limits=limits, accept_floor=accept_floor)
-    return with_skipped(report, log)
+    return with_skipped(report, log, middle.launches)
 
 
-def with_skipped(report: AnalysisReport, log) -> AnalysisReport:
-    """The report of a log read as head and tail says so: its attempt numbers and counts are those of
-    what was read (a restart log of thousands of launches loses the middle ones)."""
+def with_skipped(report: AnalysisReport, log, skipped_launches: int = 0) -> AnalysisReport:
+    """The report of a log read as head and tail says so, and numbers the attempts read after the
+    middle past the SKIPPED_LAUNCHES launches counted there (read_log's on_skipped, LaunchCounter):
+    attempt 5018 of 5018, not the count of the part read."""
     if not log.skipped_bytes:
         return report
     skipped = SkippedBlock(bytes=log.skipped_bytes, lines=log.skipped_lines)
-    return report.model_copy(update={"skipped": skipped})
+    attempt = report.attempt
+    number, count, summary = across_skipped(attempt.number, attempt.count, attempt.summary, skipped_launches)
+    tail = LaunchCounter()
+    tail(log.text.partition(SKIPPED_MARK)[2])
+    after = attempt.count - tail.launches  # the attempts read in the head; the rest follow the middle
+    earlier = [
+        row.model_copy(update={"number": row.number + skipped_launches}) if row.number > after else row
+        for row in attempt.earlier
+    ]
+    # A line read after the mark is line + skipped_lines - 2 of the file: the mark's own newline ends
+    # the head's last line (the skipped bytes end it in the file) and the mark is a line of its own.
+    mark_line = log.text.partition(SKIPPED_MARK)[0].count("\n") + 1
+    first = attempt.first_line + (log.skipped_lines - 2 if attempt.first_line > mark_line else 0)
+    moved = attempt.model_copy(
+        update={"number": number, "count": count, "summary": summary, "earlier": earlier, "first_line": first}
+    )
+    return report.model_copy(update={"skipped": skipped, "attempt": moved})
 
 
 def _expected(tracker: Tracker, limits: PhaseLimits | None) -> ExpectedBlock | None:

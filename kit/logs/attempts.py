@@ -19,6 +19,7 @@ Pure and immutable, like the tracker; time is passed in.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -236,3 +237,47 @@ class Attempts:
             counts[attempt.describe()] = counts.get(attempt.describe(), 0) + 1
         ranked = sorted(counts.items(), key=lambda item: -item[1])
         return f"{head}; {len(self.earlier):,} earlier: " + ", ".join(f"{n:,} {what}" for what, n in ranked)
+
+
+class LaunchCounter:
+    """Launches in text the analysis does not read (the middle of a log read as head and tail):
+    each launch kind's lines counted (patterns.toml's `launch` notes), the most of any kind being the
+    launches (vLLM prints two different launch lines per start, SGLang one). Feed it text; read
+    `launches`."""
+
+    def __init__(self, patterns: Any | None = None):
+        from kit.logs.patterns import default_patterns
+
+        patterns = patterns or default_patterns()
+        kinds: dict[str, list[str]] = {}
+        for group in patterns.by_scan.values():
+            for pattern in group:
+                if pattern.note is Note.LAUNCH:
+                    kinds.setdefault(pattern.kind or "launch", []).append(pattern.regex.pattern)
+        self._regexes = {kind: re.compile("|".join(sorted(set(r)))) for kind, r in kinds.items()}
+        self.counts = dict.fromkeys(self._regexes, 0)
+
+    def __call__(self, text: str) -> None:
+        for kind, regex in self._regexes.items():
+            self.counts[kind] += sum(1 for _ in regex.finditer(text))
+
+    @property
+    def launches(self) -> int:
+        return max(self.counts.values(), default=0)
+
+
+def across_skipped(number: int, count: int, summary: str, skipped_launches: int) -> tuple[int, int, str]:
+    """The judged attempt's number, the count and the summary of a log whose middle was skipped with
+    SKIPPED_LAUNCHES launches in it: every attempt read after the middle moves up by them (a log of
+    5,018 launches read as head and tail is at attempt 5018 of 5018, not at the count of the part
+    read); the summary says which attempts were judged."""
+    if not skipped_launches:
+        return number, count, summary
+    _, _, read = summary.partition("; ")
+    judged = f"; in the part read, {read}" if read else ""
+    return (
+        number + skipped_launches,
+        count + skipped_launches,
+        f"attempt {number + skipped_launches} of {count + skipped_launches} "
+        f"({skipped_launches:,} launches in the skipped middle, not judged){judged}",
+    )

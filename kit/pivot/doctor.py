@@ -63,6 +63,27 @@ def report(ctx: DoctorContext, checks: list[Check], seconds: float) -> DoctorRep
     )
 
 
+def compose_port(target: str, compose: Path | None = None) -> int | None:
+    """The host port compose.yaml (the project's, or COMPOSE) publishes TARGET's service on; None
+    when it has no such service or publishes none. Each target has its own (tiny is on 30004)."""
+    import yaml
+
+    from kit import paths
+
+    try:
+        document = yaml.safe_load((compose or paths.compose_file()).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    service = (document.get("services") or {}).get(target) or {}
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict) and entry.get("published"):  # the long syntax
+            return int(entry["published"])
+        parts = str(entry).split(":")
+        if len(parts) >= 2 and parts[-2].isdigit():  # [address:]host:container
+            return int(parts[-2])
+    return None
+
+
 def doctor_context(
     target: str | None,
     *,
@@ -106,7 +127,9 @@ def doctor_context(
         model_gib=facts.size_on_disk_gib,
         model_path=facts.path,
         hf_cache=spec.hf_cache,
-        port=spec.port,
+        port=compose_port(target) or spec.port,
+        compose_port=compose_port(target),
+        server_port=spec.port,
         ipc_host=spec.ipc_host,
         shm_size=spec.shm_size,
         memlock=spec.ulimits.get("memlock"),

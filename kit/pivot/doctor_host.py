@@ -167,15 +167,24 @@ class HostChecks(ChecksBase):
         if facts.port_free is None:
             return _check("port", title, "not-checked", f"port {ctx.port}", why=facts.port_error)
         if facts.port_free:
-            return _check("port", title, "pass", f"127.0.0.1:{ctx.port} is free")
+            return _check("port", title, "pass", f"127.0.0.1:{ctx.port} is free ({self._port_users()})")
         return _check(
             "port",
             title,
             "warn",
             f"127.0.0.1:{ctx.port} is in use",
-            why="compose and systemd publish the server on this port (kit up picks a free one itself)",
+            why=self._port_users(),
             fix="stop what listens there (ss -ltnp) or set container.port",
         )
+
+    def _port_users(self) -> str:
+        """Who publishes the target on which host port: compose.yaml's service, the docker/systemd
+        renders (the catalog's port), and kit up (a free one)."""
+        ctx = self.ctx
+        users = [f"compose.yaml publishes {ctx.target} on {ctx.compose_port}"] if ctx.compose_port else []
+        if ctx.server_port is not None:
+            users.append(f"kit render docker/systemd on {ctx.server_port}")
+        return "; ".join([*users, "kit up picks a free one itself"])
 
     def server_proxy(self) -> Check:
         """SGLang's warm-up asks the server itself (127.0.0.1, or 0.0.0.0 read as 127.0.0.1) through

@@ -96,6 +96,12 @@ class DoctorContext:
     model_path: str | None = None
     hf_cache: str | None = None
     port: int | None = None
+    """The host port compose.yaml publishes the target's service on (the catalog's port when it has
+    no such service): what `docker compose up TARGET` binds."""
+    compose_port: int | None = None
+    """The same, None when compose.yaml has no service for the target."""
+    server_port: int | None = None
+    """The catalog's server port, which `kit render docker/systemd` publish on the host as well."""
     ipc_host: bool = False
     shm_size: str | None = None
     memlock: int | None = None

@@ -22,6 +22,7 @@ from docker.errors import DockerException
 
 from kit.logs.stacks import RankStack, classify_stack
 from kit.runtime import server as runtime
+from kit.runtime.cache import ensure_volume
 from kit.runtime.engine import client, translated
 from kit.runtime.source import LineSplitter
 
@@ -54,6 +55,7 @@ class PreflightContainer:
     def __init__(self, kwargs: dict, request: dict):
         self.name = kwargs["name"]
         self.lines: queue.Queue[tuple[float, str | None]] = queue.Queue()
+        ensure_volume()  # labelled as Compose labels it (kit/runtime/cache.py)
         with translated(f"creating {self.name}"):
             self.container = client().containers.create(**kwargs)
         try:

@@ -30,9 +30,9 @@ from kit.render.docker import (
     publish_host,
     server_command,
 )
+from kit.runtime.compile_cache import COMPOSE_PROJECT, volume_name
 from kit.runtime.compile_cache import ENV as COMPILE_ENV
 from kit.runtime.compile_cache import MOUNT as COMPILE_MOUNT
-from kit.runtime.compile_cache import volume_name
 from kit.runtime.engine import LABEL_MANAGED
 from kit.runtime.flight_recorder_env import ENV as FLIGHT_RECORDER_ENV
 from kit.runtime.host.gpus import GpuWay
@@ -276,7 +276,9 @@ def compose_document(
         services[f"{spec.target}-watch"] = watcher_service(spec, context, ways.get(spec.target))
     if watched:
         volumes[BUNDLE_VOLUME] = {"name": BUNDLE_VOLUME}
-    return {"services": services, "volumes": volumes}
+    # One project name for every clone: the compile-cache volume the kit creates carries it, so
+    # Compose finds it its own (kit/runtime/compile_cache.py COMPOSE_LABELS).
+    return {"name": COMPOSE_PROJECT, "services": services, "volumes": volumes}
 
 
 def render_compose(

@@ -1,6 +1,7 @@
 """The compile-cache volume (kit/runtime/compile_cache.py) as data: what it holds, who uses it, and
 removing it when nothing does.
 
+    ensure_volume()                # created with Compose's labels before a server mounts it
     state = cache_state()          # CacheState: exists, bytes per cache, containers using it
     cleared = clear_cache()        # CacheCleared; CheckFailed (exit 1) while a container uses it
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from docker.errors import NotFound
 
 from kit.errors import CheckFailed, KitError
-from kit.runtime.compile_cache import ENV, MOUNT, volume_name
+from kit.runtime.compile_cache import COMPOSE_LABELS, COMPOSE_PROJECT, ENV, MOUNT, volume_name
 from kit.runtime.engine import LABEL_MANAGED, client, translated
 
 
@@ -89,6 +90,20 @@ def _df_size(name: str) -> int | None:
             size = (volume.get("UsageData") or {}).get("Size")
             return int(size) if isinstance(size, int) and size >= 0 else None
     return None
+
+
+def ensure_volume() -> str:
+    """The compile-cache volume, created now if missing, labelled as compose.yaml's project would
+    label it: `kit up` then `docker compose up` share it without Compose's warning (an engine that
+    creates it on first mount labels nothing). A volume that is there is left as it is."""
+    name = volume_name()
+    with translated(f"creating volume {name}"):
+        try:
+            client().volumes.get(name)
+        except NotFound:
+            project, volume = COMPOSE_LABELS
+            client().volumes.create(name=name, labels={project: COMPOSE_PROJECT, volume: name})
+    return name
 
 
 def users(name: str) -> tuple[CacheUser, ...]:

@@ -17,7 +17,15 @@ import fnmatch
 import os
 
 VOLUME = "kit-compile-cache"
-"""The named volume (created on first use by the engine; `kit down --all` keeps it)."""
+"""The named volume (`kit down --all` keeps it)."""
+
+COMPOSE_PROJECT = "kit"
+"""compose.yaml's project name (its top-level `name`), whatever the clone's folder is called."""
+
+COMPOSE_LABELS = ("com.docker.compose.project", "com.docker.compose.volume")
+"""The labels Compose puts on a volume it creates, and looks for on one that is there: a volume made
+without them draws 'already exists but was not created by Docker Compose' on every `docker compose
+up` (compose's ensureVolume, pkg/compose/create.go), so the kit creates it with them."""
 
 VOLUME_ENV = "KIT_COMPILE_CACHE_VOLUME"
 """Another volume name for this process's launches (benchmarks and tests keep the user's cache)."""

@@ -21,6 +21,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
 from kit.errors import EnvironmentProblem, InputError, KitError
+from kit.runtime.cache import ensure_volume
 from kit.runtime.engine import LABEL_MANAGED, LABEL_SESSION, client, image_exists, translated
 from kit.spec import LaunchSpec, client_host
 
@@ -92,6 +93,7 @@ def start_container(
     best first. A way the engine refuses (no such runtime, device driver or CDI device) is removed
     and the next tried; when none starts, EnvironmentProblem lists what the engine said to each."""
     require_image(spec)
+    ensure_volume()  # before the engine makes it on first mount, unlabelled (Compose would warn)
     refused: list[str] = []
     for way, kwargs in runs:
         described = getattr(way, "describe", None)

@@ -15,13 +15,15 @@ from kit.runtime.engine import LABEL_SESSION
 from kit.spec import LaunchSpec
 
 
-def check_start(spec: LaunchSpec, *, fault: str | None = None) -> None:
+def check_start(spec: LaunchSpec, *, fault: str | None = None, image: bool = True) -> None:
     """Everything start_server would refuse, asked before anything is started or printed: the fault
     switch, KIT_RUN_LABELS, the engine and the image, the GPUs to give (`kit up` calls it before its
-    header, so bad input or a missing engine is one line and nothing else)."""
+    header, so bad input or a missing engine is one line and nothing else; with image=False, before
+    it builds a missing image)."""
     runtime.server_environment(spec, fault)
     runtime.run_labels()
-    runtime.require_image(spec)
+    if image:
+        runtime.require_image(spec)
     _gpu_plan(spec)
 
 

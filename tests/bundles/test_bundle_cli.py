@@ -139,6 +139,19 @@ def test_a_replayed_gpu_hang_is_bundled_by_kit_ups_own_code_with_its_gpus(kit_ca
     assert again.fingerprint == bundle.fingerprint and again.result == bundle.result
 
 
+def test_a_run_folder_without_a_fingerprint_gets_the_builders_one_saying_why(kit_cache, tmp_path):
+    # A runs folder from a kit that wrote no fingerprint.json: fingerprint.build with nothing to read
+    # (the shape of a fingerprint whose source is gone), not a dict of unknowns made by hand.
+    folder = Path(run_scenario("stalled-load").result.diagnostics)
+    (folder / "fingerprint.json").unlink()
+    bundle = read_bundle(bundle_from_run(folder, tmp_path / "old.tar.gz"))
+    assert set(bundle.fingerprint) == {"format", "made", "error"}
+    assert bundle.fingerprint["made"]["by"] == "kit bundle create RUN"
+    assert bundle.fingerprint["error"] == {
+        "unknown": "the run was recorded by a kit that wrote no fingerprint"
+    }
+
+
 def test_bundle_create_last_takes_the_newest_run(kit_cache, tmp_path):
     run_scenario("stalled-load")
     newest = run_scenario("init-hang-tp4").result

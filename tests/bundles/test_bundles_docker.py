@@ -22,6 +22,7 @@ import pytest
 from bundle_helpers import FIXTURES
 
 from kit.diagnose.bundle import read_bundle
+from kit.images.image_lock import lock_digest
 from kit.launch import resolve
 from kit.runtime.engine import client, image_exists
 
@@ -79,6 +80,10 @@ def test_an_init_hang_is_bundled_replayed_reproduced_and_not_reproduced_with_the
     finger = bundle.fingerprint
     assert finger["versions"]["sglang"] == "0.5.23" and finger["versions"]["torch"].endswith("+cpu")
     assert finger["image"]["id"] == client().images.get(resolve("tiny").image_ref).id
+    # The lock read from inside the container is the repository's, by digest and as lock.txt.
+    lock = (Path(__file__).resolve().parents[2] / "images" / "sglang-0.5.23-cpu.lock").read_text()
+    assert bundle.text("lock.txt") == lock
+    assert "sha256:" + finger["image"]["lock"]["sha256"] == lock_digest(lock)
     assert finger["launch"]["env"]["KIT_FAULT"] == "hang-init:rank=1"
     assert finger["launch"]["limits"]["stall_window_s"]["init"] == 10
     assert finger["host"]["docker_engine"] == client().version()["Version"]

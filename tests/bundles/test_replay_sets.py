@@ -4,6 +4,8 @@ that changes nothing exits 2. Without Docker."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from bundle_helpers import KIT_LABELS, REHEARSAL_ID, crafted_bundle
 
@@ -160,6 +162,29 @@ def test_a_host_bundle_replayed_in_the_nearest_image_is_not_read_as_hand_edited(
     replay = host_replay(read_bundle(_host_bundle(tmp_path / "host.tar.gz")))
     assert replay is not None and replay.bundle.fingerprint["image"]["name"] == replay.choice.manifest
     assert summary_differs(replay.bundle) == []
+
+
+def test_a_host_bundles_replay_fingerprint_is_built_for_the_image_it_replays_in(tmp_path):
+    # Made by fingerprint.build (HostReplayFacts), not the host's dict with two fields swapped: the
+    # image section is the chosen manifest's, never the host's "no kit image ran it"; the host's
+    # versions stay (the differences the plan shows first); the catalog's container settings.
+    from kit.diagnose.nearest import host_replay
+
+    host = read_bundle(_host_bundle(tmp_path / "host.tar.gz"))
+    replay = host_replay(host)
+    finger = replay.bundle.fingerprint
+    assert finger["image"]["manifest"]["name"] == replay.choice.manifest
+    assert finger["image"]["tag"] == replay.choice.tag
+    assert "no kit image ran it" not in json.dumps(finger["image"])
+    assert replay.choice.manifest in finger["image"]["id"]["unknown"]
+    assert finger["versions"] == host.fingerprint.get("versions", finger["versions"])
+    assert "the bundle records no versions" in json.dumps(finger["versions"])  # this one has none
+    from kit.diagnose.fact_sources import HostReplayFacts
+
+    versions = {"sglang": "0.5.21", "torch": "2.9.1"}
+    with_versions = HostReplayFacts({**host.fingerprint, "versions": versions}, "x", "tiny", [], "argv")
+    assert with_versions.image()[1] == versions
+    assert finger["launch"]["container"] == {} and finger["made"]["by"].startswith("kit repro")
 
 
 def test_a_host_bundle_whose_summary_was_edited_still_shows_the_edit_after_the_rewrite(tmp_path):

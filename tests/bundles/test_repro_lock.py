@@ -3,7 +3,9 @@ those that decide a start-up first (torch, NCCL, CUDA wheels, SGLang, flashinfer
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 from pathlib import Path
 
 from kit.diagnose.repro import lock_differences
@@ -64,14 +66,62 @@ def test_bundle_text_is_printable_and_bounded():
     assert all(line.isprintable() and len(line) < 200 for line in lines)
 
 
-def test_a_bundle_of_a_locked_image_names_its_lock_by_digest():
-    """The image keeps its lock as /opt/kit/lock.txt; the fingerprint's image.lock.sha256 is then the
-    digest of images/NAME.lock, and the bundle carries its text (lock.txt)."""
-    from kit.diagnose.facts import lock_section
+class _LockedContainer:
+    """A stopped server container of a locked image, as the engine answers for it: its attributes, and
+    /opt/kit/lock.txt (the image's copy of images/NAME.lock) as `docker cp` streams it (a tar)."""
 
-    section = lock_section(HERE, "unused", "/opt/kit/lock.txt in image x")
-    assert "sha256:" + section["sha256"] == lock_digest(HERE)
-    assert section["packages"]["torch"] == "2.14.1" and section["count"] == 208
+    name = "kit-tiny-locked"
+
+    def __init__(self, lock: str):
+        self._lock = lock.encode()
+        config = {"Image": "kit/sglang:sglang-0.5.23-cpu", "Env": ["A=1"], "Cmd": ["python", "-m", "x"]}
+        self.attrs = {"Image": "sha256:" + "0" * 64, "Name": "/kit-tiny-locked", "Config": config}
+
+    def get_archive(self, path: str):
+        assert path == "/opt/kit/lock.txt"
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            info = tarfile.TarInfo("lock.txt")
+            info.size = len(self._lock)
+            tar.addfile(info, io.BytesIO(self._lock))
+        return [out.getvalue()], {}
+
+
+class _Followed:
+    """What kit up followed: the container, its log."""
+
+    name = "kit-tiny-locked"
+
+    def __init__(self, container):
+        self.container = container
+
+    def log_text(self) -> str:
+        return "[2026-01-01 00:00:00] Init torch distributed begin.\n"
+
+
+def test_the_bundle_of_a_locked_images_run_records_the_lock_it_ran(monkeypatch, tmp_path):
+    """kit up's record of a run (record_run -> the runs folder -> the bundle) carries the lock read
+    from inside the container: lock.txt is images/NAME.lock's text, and the fingerprint names it by
+    that text's digest, with the versions taken from it."""
+    from kit.diagnose import facts
+    from kit.diagnose import fingerprint as fp
+    from kit.diagnose.bundle import read_bundle
+    from kit.diagnose.record import record_run
+    from kit.launch import resolve
+
+    lock = (ROOT / "images" / "sglang-0.5.23-cpu.lock").read_text(encoding="utf-8")
+    monkeypatch.setattr(facts, "_docker_image", lambda ref: (None, f"image {ref} is not here"))
+    monkeypatch.setattr(facts, "host_facts", lambda: fp.host_unknown("not read in this test"))
+    monkeypatch.setattr(facts, "nvidia_facts", lambda gpus=None: {"unknown": "not read in this test"})
+    result = {"target": "tiny", "image": "sglang-0.5.23-cpu", "verdict": "hung", "phase": "init"}
+    recorded = record_run("s1", _Followed(_LockedContainer(lock)), resolve("tiny"), None, {}, result)
+    bundle = read_bundle(recorded.bundle)
+    assert bundle.text("lock.txt") == lock
+    section = bundle.fingerprint["image"]["lock"]
+    assert "sha256:" + section["sha256"] == lock_digest(lock)
+    assert section["from"] == "/opt/kit/lock.txt in container kit-tiny-locked"
+    assert section["packages"]["torch"] == bundle.fingerprint["versions"]["torch"]
+    assert section["count"] == len(re.findall(r"^[A-Za-z0-9._-]+==", lock, flags=re.M))
 
 
 def test_repro_says_whether_the_local_image_matches_the_bundles_lock_digest_and_base():

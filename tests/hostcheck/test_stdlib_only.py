@@ -23,8 +23,10 @@ def test_importing_every_step_loads_nothing_beyond_the_standard_library():
         f"for name in {modules!r}: importlib.import_module(name)\n"
         "print(json.dumps(sorted(set(sys.modules) - before)))\n"
     )
+    # -S: no site-packages, as on the bare GPU host (an unguarded third-party import fails here; the
+    # rehearsal's optional `import triton`, for a torch Python, falls back as it does there).
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT, check=True
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT, check=True
     )
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
     assert len(modules) >= 15

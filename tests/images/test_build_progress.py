@@ -49,10 +49,10 @@ def test_the_terminal_status_ticks_with_time_alone():
 
 
 def test_the_cli_prints_heartbeats_between_step_lines(monkeypatch, capsys):
-    import kit.cli.image as image_cli
+    import kit.cli.image_build as image_build
 
     clock = iter([0.0, 1.0, 2.0, 45.0, 46.0])
-    progress = image_cli._BuildProgress("kit/sglang:test")
+    progress = image_build._BuildProgress("kit/sglang:test")
     progress._clock = lambda: next(clock)
     progress.steps = BuildSteps(started=0.0)
     progress.tty, progress._status = False, None

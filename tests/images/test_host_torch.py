@@ -34,3 +34,25 @@ def test_an_unknown_image_is_one_line_exit_2_naming_the_known_ones(tmp_path):
         assert done.returncode == 2 and done.stdout == ""
         [line] = done.stderr.splitlines()
         assert line.startswith("host-torch: IMAGE:") and "sglang-0.5.23-cu130-sm120" in line
+
+
+def test_a_fresh_clone_without_a_venv_is_enough(tmp_path):
+    # The script and the manifests alone, as in a clone where scripts/bootstrap never ran: python3
+    # reads the manifest (it needed the repository's .venv before).
+    import shutil
+
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    shutil.copy2(SCRIPT, clone / "scripts" / "host-torch")
+    shutil.copytree(ROOT / "images", clone / "images", ignore=shutil.ignore_patterns("wheels", "*.lock"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KIT_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [str(clone / "scripts" / "host-torch"), "sglang-0.5.23-cu130-sm120", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{tmp_path}/cache/host-torch/sglang-0.5.23-cu130-sm120/bin/python"
+    assert not (clone / ".venv").exists()

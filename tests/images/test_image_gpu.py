@@ -30,7 +30,7 @@ def gpu_count() -> int:
     except Exception as exc:
         pytest.skip(f"no NVIDIA GPU here (NVML: {exc})")
     if not count:
-        pytest.skip("NVML sees no GPU")
+        pytest.skip("no NVIDIA GPU: NVML sees none")
     return count
 
 

@@ -106,13 +106,16 @@ class FollowedFile:
         return {}
 
 
-def follow_live(text: str, tmp_path: Path, *, exits: bool, lines_per_step: int = 3):
+def follow_live(text: str, tmp_path: Path, *, exits: bool, lines_per_step: int = 3, unwrap: bool = True):
     """Append `text` to a file a few lines per second while a Watcher follows it; the server
-    exits after its last line when `exits`. Returns (watcher, verdict)."""
+    exits after its last line when `exits`. Returns (watcher, verdict). `unwrap=False`: the
+    Watcher's parser without its Unwrapper (what the live reader was before the merge)."""
     path = tmp_path / "server.log"
     path.write_text("", encoding="utf-8")
     source = FollowedFile(path)
     watcher = Watcher(source, PhaseLimits(), sample_every_s=1.0)
+    if not unwrap:
+        watcher.parser.unwrapper = None
     lines = text.splitlines(keepends=True)
     verdict = None
     for at in range(0, len(lines), lines_per_step):
@@ -182,19 +185,19 @@ def test_a_journald_wrapped_start_followed_live_is_ready_as_offline(tmp_path):
     assert [w.kind for w in watcher.parser.unwrapper.seen] == ["ansi", "journalctl-short"]
 
 
-@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "journald"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "compose"])
 def test_without_unwrapping_the_live_reader_would_lose_the_crash(wrapped, tmp_path):
-    # What the merge fixed: the parser fed Compose-prefixed lines without its Unwrapper reads the
-    # capture traceback's body as foreign lines and loses the exception.
-    from kit.logs import parse_text
-
+    # What the merge fixed, on the live path (the Watcher feeding LogParser.feed line by line): fed
+    # Compose-prefixed lines without its Unwrapper, it reads the capture traceback's body as foreign
+    # lines and loses the exception.
     text = CAPTURE_TRACEBACK.read_text(encoding="utf-8")
     if wrapped:
         text = compose(text)
-    raw = [e.fields.get("exception") for e in parse_text(text, unwrap=False) if e.is_error]
-    read = [e.fields.get("exception") for e in parse_text(text) if e.is_error]
-    assert any("Capture cuda graph failed" in (x or "") for x in read)
-    assert (raw == read) is not wrapped
+    (tmp_path / "raw").mkdir()
+    _, raw = follow_live(text, tmp_path / "raw", exits=True, unwrap=False)
+    _, read = follow_live(text, tmp_path, exits=True)
+    assert "Capture cuda graph failed" in (read.exception or "")
+    assert (raw.exception == read.exception) is not wrapped
 
 
 # -- properties ------------------------------------------------------------------------------------

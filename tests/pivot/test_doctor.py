@@ -343,6 +343,22 @@ def test_a_port_in_use_is_seen():
         assert read_port(port) == (False, None)
 
 
+def test_the_port_checked_is_the_one_compose_yaml_publishes_the_target_on(tmp_path):
+    # tiny's service is published on 30004 (compose.yaml: one host port per target), not the
+    # catalog's 30000 that the docker and systemd renders publish; both are named.
+    from kit.pivot.doctor import compose_port
+
+    ctx = doctor_context("tiny")
+    assert (ctx.port, ctx.compose_port, ctx.server_port) == (30004, 30004, 30000)
+    busy = dataclasses.replace(gpu_host(), port=30004, port_free=False)
+    [check] = [c for c in evaluate(ctx, busy) if c.id == "port"]
+    assert check.status == "warn" and check.summary == "127.0.0.1:30004 is in use"
+    assert check.why.startswith("compose.yaml publishes tiny on 30004; kit render docker/systemd on 30000")
+    long_syntax = tmp_path / "compose.yaml"
+    long_syntax.write_text("services:\n  tiny:\n    ports:\n    - {target: 30000, published: 31000}\n")
+    assert compose_port("tiny", long_syntax) == 31000 and compose_port("nosuch", long_syntax) is None
+
+
 def test_the_documented_schema_is_the_reports_own():
     assert json.loads(SCHEMA.read_text()) == schema(), (
         "regenerate: kit doctor --schema > docs/schema/doctor.json"

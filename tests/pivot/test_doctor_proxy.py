@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import pytest
+import requests.utils  # the docker SDK's dependency: the same requests as the images lock
 from test_doctor import gpu_host
 
 from kit.pivot.doctor import doctor_context, evaluate
@@ -36,12 +37,36 @@ def test_no_proxy_coverage_follows_requests(no_proxy, uncovered):
     assert (gap.uncovered if gap else ()) == uncovered
 
 
-def test_no_proxy_variable_no_gap_and_both_spellings_count():
+def test_no_proxy_variable_no_gap():
     assert loopback_gap({"NO_PROXY": ""}) is None
-    assert (
-        loopback_gap({"HTTPS_PROXY": PROXY, "no_proxy": "localhost", "NO_PROXY": "127.0.0.1,0.0.0.0"}) is None
-    )
     assert not covered("10.0.0.0/8", "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("env", "uncovered"),
+    [
+        ({"no_proxy": "localhost", "NO_PROXY": LOOPBACK}, ("127.0.0.1", "0.0.0.0")),  # lowercase alone
+        ({"no_proxy": LOOPBACK, "NO_PROXY": "localhost"}, ()),
+        ({"no_proxy": "", "NO_PROXY": LOOPBACK}, ()),  # empty lowercase: requests falls to NO_PROXY
+        ({"NO_PROXY": LOOPBACK}, ()),
+    ],
+)
+def test_the_lowercase_no_proxy_alone_counts_when_set_as_requests_reads_it(env, uncovered, monkeypatch):
+    # requests' should_bypass_proxies reads `os.environ.get("no_proxy") or os.environ.get("NO_PROXY")`:
+    # asked here of the requests this venv has (2.34.2, as the images lock it), the truth to agree with.
+    for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**env, "http_proxy": PROXY}.items():
+        monkeypatch.setenv(name, value)
+    bypassed = tuple(
+        host for host in ("127.0.0.1", "localhost", "0.0.0.0")
+        if requests.utils.should_bypass_proxies(f"http://{host}:30000/model_info", no_proxy=None)
+    )  # fmt: skip
+    assert bypassed == tuple(h for h in ("127.0.0.1", "localhost", "0.0.0.0") if h not in uncovered)
+    gap = loopback_gap({**env, "HTTPS_PROXY": PROXY})
+    assert (gap.uncovered if gap else ()) == uncovered
+    if uncovered:
+        assert "no_proxy='localhost' (requests reads no_proxy alone" in gap.describe()
 
 
 def test_credentials_never_leave_in_a_finding():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import pytest
 from hypothesis import given
@@ -24,6 +25,17 @@ def test_the_rates_count_gaps_below_each_epsilon_and_the_flips():
     assert tie_figures([0.2], [0.04], [True])["smallest_covering_epsilon"] is None
     assert tie_figures([0.004], [0.3], [True])["smallest_covering_epsilon"] == 0.01
     assert tie_figures([0.2], [0.2], [False])["smallest_covering_epsilon"] == 0.01
+
+
+def test_a_flip_at_a_gap_equal_to_an_epsilon_is_within_it_and_covered_by_it():
+    # Inclusive at the boundary, as the smoke judges (gap <= epsilon): a flip at exactly 0.05 is one
+    # 0.05 calls a tie; "below" counts gaps strictly under each epsilon.
+    fig = tie_figures([0.05], [0.05], [True])
+    assert fig["below"]["0.05"] == {"step_below": 0.0, "verify_below": 0.0, "flips_within": 1}
+    assert fig["below"]["0.01"]["flips_within"] == 0
+    assert fig["smallest_covering_epsilon"] == 0.05
+    above = tie_figures([math.nextafter(0.05, 1.0)], [0.0], [True])
+    assert above["below"]["0.05"]["flips_within"] == 0 and above["smallest_covering_epsilon"] == 0.1
 
 
 def test_no_positions_no_rates_and_mismatched_lengths_are_refused():

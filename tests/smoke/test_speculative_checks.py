@@ -4,6 +4,8 @@ SGLang's accepted-draft simulation must be the simulated one; the simulated star
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,6 +58,15 @@ def test_a_first_difference_at_a_tie_is_not_a_failure():
 def test_a_first_difference_with_a_clear_margin_fails_and_names_it():
     ok, detail = judge_greedy(greedy([99, 21, 31]), record([11, 21, 31], [2.4, 0.004, 1.0]), 0.05)
     assert not ok and "token 0 differs" in detail and "gap there 2.4000 > 0.05: no tie" in detail
+
+
+def test_a_gap_equal_to_the_epsilon_is_a_tie_and_the_next_float_above_is_not():
+    # The boundary the catalog's epsilon means: "within" it, inclusive (the smoke's words: gap <= eps).
+    eps = 0.05
+    above = math.nextafter(eps, 1.0)
+    assert judge_greedy(greedy([11, 22]), record([11, 21], [2.4, eps]), eps)[0]
+    ok, detail = judge_greedy(greedy([11, 22]), record([11, 21], [2.4, above]), eps)
+    assert not ok and "> 0.05: no tie" in detail
 
 
 def test_without_recorded_gaps_any_difference_fails_as_before():
