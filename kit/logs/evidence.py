@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kit.logs.activity import CgroupReading
 from kit.logs.events import Phase
 from kit.logs.stacks import RankStack, StackKind, StackState
 
@@ -181,17 +182,6 @@ def container_findings(
                 )
             )
     return tuple(found)
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupReading:
-    """The server cgroup's counters at one moment (kit/runtime/cgroup.py reads them); None unread."""
-
-    oom: int | None = None
-    oom_kill: int | None = None
-    frozen: bool | None = None
-    throttled_s: float | None = None
-    where: str = ""  # the cgroup's path, for the lines
 
 
 def cgroup_findings(

@@ -20,6 +20,7 @@ host cannot read them, and `notes` says so). An NVML failure (a GPU lost after a
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import threading
@@ -35,9 +36,12 @@ from docker.models.containers import Container
 
 from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
+from kit.logs.activity import CgroupReading
 from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
+from kit.runtime import processes as procs
 from kit.runtime import server as runtime
+from kit.runtime.cgroup import read_cgroup
 from kit.runtime.compile_cache import COMPILERS
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
@@ -178,14 +182,24 @@ def process_tree(root_pid: int | None) -> list[psutil.Process]:
 
 
 def compilers_running(processes: list[psutil.Process]) -> int | None:
-    """How many of the processes are compilers (by comm: nvcc, ptxas, cicc, cc1plus, ld, ...)."""
+    """How many of the processes are compilers (by comm: nvcc, ptxas, cicc, cc1plus, ld, ...) that
+    can run: a stopped compiler (SIGSTOP, a debugger) is no progress."""
     if not processes:
         return None
-    count = 0
+    return len(compiler_names(processes))
+
+
+_HELD = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+
+def compiler_names(processes: list[psutil.Process]) -> list[str]:
+    """The names of the compilers among the processes that are not stopped."""
+    names = []
     for proc in processes:
         with contextlib.suppress(psutil.Error, OSError):
-            count += proc.name() in COMPILERS
-    return count
+            if proc.name() in COMPILERS and proc.status() not in _HELD:
+                names.append(proc.name())
+    return names
 
 
 def rank_cpu_seconds(processes: list[psutil.Process]) -> tuple[tuple[str, float], ...]:
@@ -330,6 +344,7 @@ class DockerSource:
             rank_cpu_seconds=rank_cpu_seconds(tree),
             gpu_error=gpu_error,
             rank_processes=rank_processes(tree),
+            cgroup=read_cgroup(root_pid),
         )
 
     def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
@@ -393,15 +408,44 @@ class DockerSource:
             restarts=self._restart_count(),
             restart_policy=self._supervisor_policy if by_name else policy,
             replaced_by_name=by_name,
+            paused=running and bool(state.get("Paused")),
         )
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------
 
-    def stacks(self, want: Callable[[str], bool] = lambda title: True) -> list[ProcessStack]:
+    def stacks(
+        self, want: Callable[[str], bool] = lambda title: True, *, nonblocking: bool = False
+    ) -> list[ProcessStack]:
+        """py-spy stacks of the container's processes whose title `want` accepts. From the host where
+        the kit can (root in the host's PID namespace: py-spy's own CPU is then not the server's,
+        and a paused container's frozen processes read all the same), else through `docker exec`
+        (refused while the container is paused)."""
+        tree = process_tree((self.container.attrs.get("State") or {}).get("Pid"))
+        if tree and os.geteuid() == 0 and procs.py_spy() is not None:
+            return self._host_stacks(tree, want, nonblocking)
         found = []
         for pid, title in sorted(runtime.list_processes(self.container).items()):
             if want(title):
-                found.append(ProcessStack(pid, title, runtime.dump_stack(self.container, pid)))
+                text = runtime.dump_stack(self.container, pid, nonblocking=nonblocking)
+                found.append(ProcessStack(pid, title, text))
+        return found
+
+    def _host_stacks(
+        self, tree: list[psutil.Process], want: Callable[[str], bool], nonblocking: bool
+    ) -> list[ProcessStack]:
+        frozen = bool((read_cgroup(tree[0].pid) or CgroupReading()).frozen)
+        found = []
+        for proc in tree:
+            name = procs.title(proc)
+            if not name or not want(name):
+                continue
+            try:
+                state = "frozen" if frozen else str(proc.status())
+                children = proc.children(recursive=True)
+            except (psutil.Error, OSError):
+                continue
+            text = procs.dump_stack(proc.pid, nonblocking=nonblocking)
+            found.append(ProcessStack(proc.pid, name, text, state, tuple(compiler_names(children))))
         return found
 
     @property

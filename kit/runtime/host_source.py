@@ -300,12 +300,19 @@ class HostSource:
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------
 
-    def stacks(self, want: Callable[[str], bool] = lambda title: True) -> list[ProcessStack]:
+    def stacks(
+        self, want: Callable[[str], bool] = lambda title: True, *, nonblocking: bool = False
+    ) -> list[ProcessStack]:
         found = []
         for process in sorted(procs.processes(self.where.pids()), key=lambda p: p.pid):
             name = procs.title(process)
             if name and want(name):
-                found.append(ProcessStack(process.pid, name, procs.dump_stack(process.pid)))
+                try:
+                    state = str(process.status())
+                except (psutil.Error, OSError):
+                    state = None
+                text = procs.dump_stack(process.pid, nonblocking=nonblocking)
+                found.append(ProcessStack(process.pid, name, text, state))
         return found
 
     @property
