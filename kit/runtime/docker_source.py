@@ -41,7 +41,7 @@ from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
 from kit.runtime import processes as procs
 from kit.runtime import server as runtime
-from kit.runtime.cgroup import read_cgroup
+from kit.runtime.cgroup import kernel_log, read_cgroup
 from kit.runtime.compile_cache import COMPILERS
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
@@ -447,6 +447,10 @@ class DockerSource:
             text = procs.dump_stack(proc.pid, nonblocking=nonblocking)
             found.append(ProcessStack(proc.pid, name, text, state, tuple(compiler_names(children))))
         return found
+
+    def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
+        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
+        return kernel_log()
 
     @property
     def base_url(self) -> str | None:

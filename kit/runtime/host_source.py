@@ -32,6 +32,7 @@ import psutil
 from kit.errors import EnvironmentProblem, InputError
 from kit.logs import ActivitySample
 from kit.runtime import processes as procs
+from kit.runtime.cgroup import kernel_log
 from kit.runtime.journal import JournalFollower, journal_argv
 from kit.runtime.logfile import FileFollower
 from kit.runtime.nvml import NvmlGpus
@@ -314,6 +315,10 @@ class HostSource:
                 text = procs.dump_stack(process.pid, nonblocking=nonblocking)
                 found.append(ProcessStack(process.pid, name, text, state))
         return found
+
+    def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
+        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
+        return kernel_log()
 
     @property
     def base_url(self) -> str | None:

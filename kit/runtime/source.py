@@ -6,6 +6,9 @@ Three implementations drive the same Watcher, tracker and verdict code:
     kit.runtime.host_source.HostSource       host processes: a systemd unit or a PID (kit watch --unit/--pid)
     kit.scenarios.replay.ReplaySource        a scenario replayed on its own clock (GPU-shaped start-ups)
 
+A source over real processes (docker, host) also answers `kernel_log()`: the kernel's ring buffer,
+whose OOM lines name the processes it killed; a replay has none.
+
 A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
 cumulative activity counters of the server's processes (CPU seconds, disk bytes read, network bytes
 received, GPU memory and utilisation), the server's state, stacks on demand, and a clock that the

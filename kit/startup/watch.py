@@ -151,7 +151,7 @@ class Watcher:
         self.sample_every_s = sample_every_s
         self.final_state: SourceState | None = None
         self._next_sample = source.clock()
-        self._last_sample: ActivitySample | None = None
+        self.last_sample: ActivitySample | None = None
         # The server's own proxies decide where its warm-up goes (kit/proxyenv.py).
         self.proxy_gap: ProxyGap | None = loopback_gap(source.environment() or {})
         self._http_up_at: float | None = None
@@ -253,7 +253,7 @@ class Watcher:
                 sample = source.sample(now)
             if sample is not None:
                 self.attempts = self.attempts.observe_sample(sample)
-                self._last_sample = sample
+                self.last_sample = sample
                 self._keep_evidence(sample)
             if state.running:
                 stacks = self._sample_stacks(now, state)
@@ -294,7 +294,7 @@ class Watcher:
             self.tracker,
             now,
             tuple(events),
-            sample or self._last_sample,
+            sample or self.last_sample,
             source.name,
             self.line_count,
             self.lines[-1] if self.lines else None,
@@ -377,7 +377,7 @@ class Watcher:
         key = (self.attempts.number, self.tracker.stage)
         if key != self._stage_key:
             self._stage_key = key
-            sample = self._last_sample
+            sample = self.last_sample
             self._read_at_stage_start = None if sample is None else sample.read_bytes
 
     def _note_overrun(self, deadline: Deadline, now: float) -> None:
