@@ -158,9 +158,8 @@ class RankStack:
         """'TP0 working: inductor compile, cc1plus child'; 'TP1 stopped (waiting: ...)'."""
         if self.state is StackState.UNREADABLE:
             return f"{self.rank} stack unreadable: {self.what or self.where}"
-        said = f"{self.state.value}: {self.what or self.kind.value}" + (
-            f" ({self.where})" if self.where else ""
-        )
+        verb = "compiling" if self.working and self.kind is StackKind.COMPILE else self.state.value
+        said = f"{verb}: {self.what or self.kind.value}" + (f" ({self.where})" if self.where else "")
         return f"{self.rank} {self.held} ({said})" if self.held else f"{self.rank} {said}"
 
 
