@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from kit.logs.events import Phase
-from kit.logs.evidence import KEYS, NEEDS, Evidence, Facts
+from kit.logs.evidence import KEYS, NEEDS, WEIGHTS, Evidence, Facts
 
 OUTCOMES = frozenset({"ready", "crashed", "hung"})
 # Shapes of the activity a live verdict was reached on (kit/logs/activity.py ActivitySummary.shape).
@@ -239,7 +239,7 @@ def rank_causes(record: Evidence, book: CauseBook | None = None, limit: int = 6)
         specific = 0
         if generic and cause.phases and phase_name in cause.phases:
             specific = 10 - min(len(cause.phases), 9)
-        keys = sum(1 for key in cause.raised_by if key in raised)
+        keys = sum(WEIGHTS.get(key, 1) for key in cause.raised_by if key in raised)
         score = (
             _RAISED_SCORE * keys
             + 1000 * len(hits)

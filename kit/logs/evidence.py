@@ -57,6 +57,17 @@ KEYS: Mapping[str, str] = {
     "stack-planted": "a rank's stack sits in the rehearsal image's planted fault",
     "stack-unreadable": "no stack could be read",
 }
+# How much a raised key weighs in the ranking (1 unless listed): the engine's, the cgroup's and the
+# kernel's word about memory and freezing names the cause itself, where a bare signal or SGLang's
+# child-exit line only says that something died.
+WEIGHTS: Mapping[str, int] = {
+    "container-paused": 3,
+    "process-stopped": 3,
+    "container-oom-killed": 3,
+    "cgroup-oom-kill": 3,
+    "kernel-oom": 3,
+    "process-frozen": 2,
+}
 NEEDS = frozenset({"nodes>1", "gpu", "proxy"})
 OOM_KEYS = frozenset({"container-oom-killed", "cgroup-oom-kill", "kernel-oom"})
 DEATH_KEYS = OOM_KEYS | {"killed-by-signal", "child-crashed"}
@@ -268,18 +279,19 @@ def child_exit_findings(
         code = int((crashed or died).group("code"))  # type: ignore[union-attr]
         pid = int(crashed.group("pid")) if crashed else None
         name = crashed.group("name") if crashed else f"scheduler rank {died.group('rank')}"  # type: ignore[union-attr]
+        # SGLang's pid is in the server's own PID namespace (a container's): it names the process
+        # in the line, but is no host pid to match the kernel's lines or the samples against.
         rank = pid_ranks.get(pid) if pid is not None else None
         if rank is None and name.startswith("scheduler_") and name[10:].isdigit():
             rank = f"TP{name[10:]}"  # SGLang numbers a node's schedulers in TP order (engine.py)
         if rank is None and died is not None:
             rank = f"TP{died.group('rank')}"
         how = f"killed by {_SIGNALS.get(-code, f'signal {-code}')}" if code < 0 else f"exit code {code}"
-        who = f"{rank} ({name}, pid {pid})" if pid is not None else f"{rank or name}"
-        found.append(Finding("child-crashed", f"SGLang: {who} crashed, {how}", rank, pid, t))
+        who = f"{rank} ({name}, pid {pid} in its namespace)" if pid is not None else f"{rank or name}"
+        found.append(Finding("child-crashed", f"SGLang: {who} crashed, {how}", rank, None, t))
         if code < 0:
-            found.append(
-                Finding("killed-by-signal", f"{who} {how} (SGLang's exit code {code})", rank, pid, t)
-            )
+            line = f"{who} {how} (SGLang's exit code {code})"
+            found.append(Finding("killed-by-signal", line, rank, None, t))
     return tuple(found)
 
 
@@ -307,6 +319,8 @@ def kernel_findings(
 def stack_findings(stacks: Sequence[RankStack]) -> tuple[Finding, ...]:
     found = []
     for stack in stacks:
+        if stack.held is not None:
+            continue  # a stopped or frozen rank does nothing: its process state is the finding
         if stack.state is StackState.UNREADABLE:
             found.append(Finding("stack-unreadable", stack.describe(), stack.rank, stack.pid))
         elif stack.kind is StackKind.PLANTED:
@@ -340,34 +354,36 @@ class FirstFailure:
 
 def first_failure(findings: Sequence[Finding]) -> FirstFailure | None:
     """The earliest death among the findings, named with the strongest reason found for it: an OOM
-    kill (the kernel's line for its pid, else the cgroup's or engine's count) before a bare signal."""
+    kill (the kernel's line for its process, else the cgroup's or engine's count) before a signal."""
     deaths = [f for f in findings if f.key in DEATH_KEYS]
     if not deaths:
         return None
     ranked = [f for f in deaths if f.rank is not None or f.pid is not None] or deaths
     first = min(ranked, key=lambda f: (f.t is None, f.t or 0.0, ranked.index(f)))
-    mine = [
-        f
-        for f in deaths
-        if (first.pid is not None and f.pid == first.pid) or (first.rank and f.rank == first.rank)
-    ]
-    oom = [f for f in findings if f.key in OOM_KEYS and (f.pid in (None, first.pid))]
+
+    def same(f: Finding) -> bool:
+        return (first.pid is not None and f.pid == first.pid) or (
+            first.rank is not None and f.rank == first.rank
+        )
+
+    mine = [f for f in deaths if same(f)]
+    # An OOM kill is this process's when the kernel names it, or when a count says one happened
+    # and names no process (the cgroup's oom_kill, the engine's OOMKilled).
+    oom = [f for f in findings if f.key in OOM_KEYS and (same(f) or (f.rank is None and f.pid is None))]
     if oom:
         why = "was killed by the kernel's OOM killer"
     elif any(f.key == "killed-by-signal" for f in mine or [first]):
-        signal = next((f.line for f in mine or [first] if f.key == "killed-by-signal"), "")
-        why = (
-            "was killed by SIGKILL (no OOM kill counted)"
-            if "SIGKILL" in signal or "137" in signal
-            else "was killed by a signal"
-        )
+        signal = next(f.line for f in mine or [first] if f.key == "killed-by-signal")
+        sigkill = "SIGKILL" in signal or "137" in signal
+        why = "was killed by SIGKILL (no OOM kill counted)" if sigkill else "was killed by a signal"
     else:
         why = "crashed"
+    pid = first.pid or next((f.pid for f in (*mine, *oom) if f.pid), None)
     if first.rank:
-        who = f"{first.rank}" + (f" (pid {first.pid})" if first.pid else "")
-    elif first.pid:
-        who = f"pid {first.pid}"
+        who = first.rank + (f" (pid {pid})" if pid else "")
+    elif pid:
+        who = f"pid {pid}"
     else:
         who = "the server's main process"
-    lines = tuple(dict.fromkeys(f.line for f in (*mine, *oom) or (first,)))
+    lines = tuple(dict.fromkeys(f.line for f in (*mine, *oom)))
     return FirstFailure(who, why, lines or (first.line,))

@@ -34,6 +34,13 @@ module does nothing but read one variable.
                                           before it goes on: longer than the old 10 s crash grace.
                                           at=launch+load plants both in one start
 
+    KIT_FAULT=oom[:rank=N|main]           once the file /tmp/kit-fault-go exists (`docker exec C touch
+              [,go=PATH]                  /tmp/kit-fault-go`), rank N (default 1) or the launcher
+                                          (main) makes itself the OOM killer's first choice
+                                          (oom_score_adj 1000) and allocates until the kernel kills
+                                          it: the container needs a memory limit (`docker update
+                                          --memory`), or the host's RAM is what it eats
+
 Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
 nothing in processes that never do. The blocking functions have telling names
 (`kit_fault_hang_init`, ...) so stack dumps show where a planted hang sits.
@@ -139,6 +146,43 @@ def kit_fault_traceback(where: str, hold: float, path: str | None = None) -> Non
             sum(i * i for i in range(20_000))
 
 
+def kit_fault_oom(go: str) -> None:
+    """Wait for the go file, then allocate (and touch) memory until the OOM killer ends us."""
+    while not os.path.exists(go):
+        time.sleep(0.2)
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    hoard = []
+    while True:
+        hoard.append(bytearray(32 << 20))  # zero-filled: every page is touched
+        time.sleep(0.02)
+
+
+def _start_oom(params: dict[str, str], who: str) -> None:
+    import threading
+
+    go = params.get("go", "/tmp/kit-fault-go")
+
+    def run() -> None:
+        if who != "main":
+            while _current_rank() is None:  # the rank is known once torch.distributed is up
+                time.sleep(0.2)
+            if _current_rank() != int(who):
+                return
+        kit_fault_oom(go)
+
+    threading.Thread(target=run, name="kit-fault-oom", daemon=True).start()
+
+
+def _patch_oom(module, kind: str, params: dict[str, str]) -> None:
+    import multiprocessing
+
+    who = params.get("rank", "1")
+    launcher = multiprocessing.current_process().name == "MainProcess"
+    if (who == "main") == launcher:
+        _start_oom(params, who)
+
+
 def _patch_launch(module, kind: str, params: dict[str, str]) -> None:
     import multiprocessing
 
@@ -227,6 +271,7 @@ _PATCHES = {
     "crash-load": ("safetensors", _patch_safetensors),
     "slow-load": ("safetensors", _patch_safetensors),
     "traceback": ("safetensors", _patch_safetensors),
+    "oom": ("torch.distributed", _patch_oom),
 }
 
 

@@ -235,6 +235,7 @@ class Watcher:
         now = source.clock()
         sample = None
         stacks = None
+        dead: tuple[str, ...] = ()
         ended = False
         if now >= self._next_sample:
             self._next_sample = now + self.sample_every_s
@@ -253,6 +254,7 @@ class Watcher:
                 sample = source.sample(now)
             if sample is not None:
                 self.attempts = self.attempts.observe_sample(sample)
+                dead = self._ranks_gone(sample)
                 self.last_sample = sample
                 self._keep_evidence(sample)
             if state.running:
@@ -286,6 +288,8 @@ class Watcher:
             self._crash_held_since = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
+        if dead and not ended and (verdict is None or isinstance(verdict, Hung)):
+            verdict = self._rank_died(dead, now)
         if isinstance(verdict, Hung) and not ended and self._second_stack_due(now):
             verdict = None  # the stacks' second look is a few seconds away: it decides what HUNG rests on
         if verdict is None and not ended:
@@ -305,6 +309,31 @@ class Watcher:
             stacks,
         )
         return progress, verdict
+
+    def _ranks_gone(self, sample: ActivitySample) -> tuple[str, ...]:
+        """Scheduler ranks alive in the previous sample that have exited since (gone, or a zombie)."""
+        before, after = self.last_sample, sample.rank_processes
+        if before is None or before.rank_processes is None or after is None:
+            return ()
+        alive = {rank for rank, _pid, state in before.rank_processes if not state.startswith("zombie")}
+        now = {rank: state for rank, _pid, state in after}
+        return tuple(sorted(r for r in alive if r not in now or now[r].startswith("zombie")))
+
+    def _rank_died(self, dead: tuple[str, ...], now: float) -> Crashed:
+        """A scheduler process exited during start-up: the server cannot go on without it (SGLang's
+        own watchdog then ends the rest: srt/utils/watchdog.py, 0.5.23), so the crash is final now,
+        not after its peers' errors and the crash grace."""
+        judged = self.attempts.verdict(now, ended=True)
+        if isinstance(judged, Crashed):
+            return judged
+        states = {rank: state for rank, _pid, state in (self.last_sample.rank_processes or ())}
+        how = "; ".join(f"{rank} {states.get(rank, 'exited').removeprefix('zombie: ')}" for rank in dead)
+        return Crashed(
+            phase=self.tracker.phase,
+            evidence=tuple(self.lines)[-8:],
+            exception=f"a scheduler process exited: {how}",
+            rank=dead[0],
+        )
 
     def _keep_evidence(self, sample: ActivitySample) -> None:
         if sample.cgroup is not None:
