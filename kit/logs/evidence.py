@@ -379,7 +379,9 @@ def first_failure(findings: Sequence[Finding]) -> FirstFailure | None:
     else:
         why = "crashed"
     pid = first.pid or next((f.pid for f in (*mine, *oom) if f.pid), None)
-    if first.rank:
+    if first.rank == "main":
+        who = "the server's main process" + (f" (pid {pid})" if pid else "")
+    elif first.rank:
         who = first.rank + (f" (pid {pid})" if pid else "")
     elif pid:
         who = f"pid {pid}"

@@ -273,6 +273,9 @@ class DockerSource:
         self._base_url: str | None = None
         self._writes = WriteMeter()
         self.notes: list[str] = []
+        # Every host pid seen in the container, named (a rank, "main" for the launcher, else its
+        # name): the kernel's OOM lines name host pids, which outlive the container.
+        self.pid_names: dict[int, str] = {}
 
     def _started_at(self, mono_now: float) -> float:
         state = self.container.attrs.get("State") or {}
@@ -327,6 +330,7 @@ class DockerSource:
         root_pid = (self.container.attrs.get("State") or {}).get("Pid")
         tree = process_tree(root_pid)
         pids = [proc.pid for proc in tree]
+        self._name_pids(tree)
         if not pids and (read is None or self.gpus is not None):
             pids = host_pids(self.container)
         if read is None:
@@ -346,6 +350,20 @@ class DockerSource:
             rank_processes=rank_processes(tree),
             cgroup=read_cgroup(root_pid),
         )
+
+    def _name_pids(self, tree: list[psutil.Process]) -> None:
+        """Name each new pid: its rank, "main" for the launcher (PID 1, or the child of docker-init
+        when the container runs with --init), else its process name."""
+        if not tree:
+            return
+        with contextlib.suppress(psutil.Error, OSError):
+            root = tree[0]
+            init = root.name() == "docker-init"
+            launcher = next((p.pid for p in tree[1:] if p.ppid() == root.pid), None) if init else root.pid
+            for proc in tree:
+                if proc.pid not in self.pid_names:
+                    rank = rank_of_process(procs.title(proc))
+                    self.pid_names[proc.pid] = rank or ("main" if proc.pid == launcher else proc.name())
 
     def _compile_bytes(self, tree: list[psutil.Process]) -> int | None:
         """Bytes the container's processes wrote since the watch began, from the host's /proc/PID/io

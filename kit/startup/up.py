@@ -83,7 +83,7 @@ def seen_by(watcher: Watcher, now: float, container: str) -> Seen:
         cgroup_first=watcher.cgroup_first,
         cgroup_last=watcher.cgroup_last,
         rank_processes=None if sample is None else sample.rank_processes,
-        pid_ranks=dict(watcher.pid_ranks),
+        pid_ranks={**getattr(watcher.source, "pid_names", {}), **watcher.pid_ranks},
         child_exits=tuple(watcher.child_exits),
         kernel_lines=lines,
         kernel_note=note,
