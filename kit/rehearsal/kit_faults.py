@@ -41,6 +41,14 @@ module does nothing but read one variable.
                                           it: the container needs a memory limit (`docker update
                                           --memory`), or the host's RAM is what it eats
 
+    KIT_FAULT=compile-hold[:rank=N]       rank N (default 1), on its main thread right after loading
+              [,seconds=S]                (before the barrier the ranks meet at), builds a
+                                          C file through torch inductor's own compile step
+                                          (cpp_builder.run_compile_cmd: gcc, then cc1), fed through a
+                                          pipe that stays empty S seconds (default 30): a real
+                                          compiler child alive and quiet (no CPU, no writes, no
+                                          line), as a long JIT compile looks from outside
+
 Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
 nothing in processes that never do. The blocking functions have telling names
 (`kit_fault_hang_init`, ...) so stack dumps show where a planted hang sits.
@@ -158,6 +166,27 @@ def kit_fault_oom(go: str) -> None:
         time.sleep(0.02)
 
 
+def kit_fault_compile_hold(seconds: float) -> None:
+    """Compile a small C file with gcc through inductor's run_compile_cmd; its source comes through a
+    FIFO that a thread fills only after `seconds`, so cc1 waits, alive and idle, until then."""
+    import tempfile
+    import threading
+
+    from torch._inductor import cpp_builder
+
+    folder = tempfile.mkdtemp(prefix="kit-fault-compile-")
+    fifo = os.path.join(folder, "kernel.c")
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        time.sleep(seconds)
+        with open(fifo, "w") as handle:
+            handle.write("int kit_fault_kernel(int x) { return x + 1; }\n")
+
+    threading.Thread(target=feed, name="kit-fault-compile-feed", daemon=True).start()
+    cpp_builder.run_compile_cmd(f"gcc -x c -c {fifo} -o {os.path.join(folder, 'kernel.o')}", folder)
+
+
 def _start_oom(params: dict[str, str], who: str) -> None:
     import threading
 
@@ -211,6 +240,16 @@ def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
             return original_all_reduce(*args, **kwargs)
 
         module.all_reduce = all_reduce
+    elif kind == "compile-hold":
+        seconds = float(params.get("seconds", "30"))
+        original_barrier = module.monitored_barrier
+
+        def monitored_barrier(*args, **kwargs):  # SGLang's barrier after loading (load_model_utils.py)
+            if _current_rank() == target:
+                kit_fault_compile_hold(seconds)
+            return original_barrier(*args, **kwargs)
+
+        module.monitored_barrier = monitored_barrier
     elif kind == "hang-p2p":
         if p2p_disabled():
             return  # the path that hangs is not taken
@@ -272,6 +311,7 @@ _PATCHES = {
     "slow-load": ("safetensors", _patch_safetensors),
     "traceback": ("safetensors", _patch_safetensors),
     "oom": ("torch.distributed", _patch_oom),
+    "compile-hold": ("torch.distributed", _patch_distributed),
 }
 
 
