@@ -185,13 +185,10 @@ def container_findings(
     elif not running and exit_code is not None:
         found.append(Finding("exited", f"container {name} exited with code {exit_code}", t=t))
         if exit_code in (137, -9) and not oom_killed:
-            found.append(
-                Finding(
-                    "killed-by-signal",
-                    f"container {name} exit code {exit_code}: its main process got SIGKILL",
-                    t=t,
-                )
-            )
+            # 128 + 9: sent from outside, or SGLang's own kill_process_tree ending itself after a
+            # child failed (srt/utils/common.py, 0.5.23): the signal, not who sent it.
+            line = f"container {name} exit code {exit_code}: its main process ended by SIGKILL"
+            found.append(Finding("killed-by-signal", line, t=t))
     return tuple(found)
 
 

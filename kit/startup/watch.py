@@ -290,7 +290,8 @@ class Watcher:
             verdict = self._exited(verdict)
         if dead and not ended and (verdict is None or isinstance(verdict, Hung)):
             verdict = self._rank_died(dead, now)
-        if isinstance(verdict, Hung) and not ended and self._second_stack_due(now):
+        paused = self.paused_since is not None  # frozen stacks cannot confirm anything more
+        if isinstance(verdict, Hung) and not ended and not paused and self._second_stack_due(now):
             verdict = None  # the stacks' second look is a few seconds away: it decides what HUNG rests on
         if verdict is None and not ended:
             verdict = self._proxy_verdict(now)
@@ -379,13 +380,10 @@ class Watcher:
                 )
         if ranks:
             return StackSample(now, tuple(sorted(ranks, key=lambda r: r.rank)))
-        paused = state is not None and state.paused
-        return StackSample(
-            now,
-            unreadable="the container is paused: docker exec is refused and py-spy cannot run from here"
-            if paused
-            else "no scheduler process could be listed (py-spy or the process list unavailable)",
+        paused = (
+            " (the container is paused: docker exec is refused)" if state is not None and state.paused else ""
         )
+        return StackSample(now, unreadable=f"no scheduler process could be read{paused}")
 
     def _second_stack_due(self, now: float) -> bool:
         """One readable stack sample in this quiet stretch and the second due within STACK_HOLD_S."""

@@ -18,7 +18,9 @@ def write(path: Path, text: str) -> None:
 def v2(tmp_path: Path, *, frozen: int, oom_kill: int) -> tuple[Path, Path]:
     proc, root = tmp_path / "proc", tmp_path / "cgroup"
     write(proc / "42" / "cgroup", f"0::/{ID}\n")
-    write(root / ID / "memory.events", f"low 0\nhigh 0\nmax 3\noom 2\noom_kill {oom_kill}\noom_group_kill 0\n")
+    write(
+        root / ID / "memory.events", f"low 0\nhigh 0\nmax 3\noom 2\noom_kill {oom_kill}\noom_group_kill 0\n"
+    )
     write(root / ID / "cgroup.events", f"populated 1\nfrozen {frozen}\n")
     write(root / ID / "cpu.stat", "usage_usec 900\nnr_throttled 4\nthrottled_usec 2500000\n")
     return proc, root
