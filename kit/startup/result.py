@@ -307,7 +307,7 @@ def failure_story(
     if first is None or not isinstance(verdict, Crashed | Hung):
         return None, ()
     rank = first.who.split(" ", 1)[0]
-    if first.who == "the server's main process" and "OOM" not in first.why:
+    if first.who == "the server's main process" and "OOM killer" not in first.why:
         # The container's exit code alone: its main process ended by a signal, which SGLang sends
         # itself when it shuts down after a rank failed (kill_process_tree): not who failed first.
         return None, ()

@@ -31,6 +31,8 @@ class Server:
 
     name: str
     done: dict[str, float] = field(default_factory=dict)
+    stop_kit: Callable[[], None] = lambda: None
+    """SIGTERM to the kit: it ends INTERRUPTED and removes the server (a test that has seen enough)."""
 
     @property
     def container(self):
@@ -140,7 +142,7 @@ def plant(
             line = json.loads(raw)
             lines.append((time.monotonic(), line))
             if line.get("type") == "start":
-                server = Server(line["container"])
+                server = Server(line["container"], stop_kit=proc.terminate)
             if act is not None and server is not None:
                 act(server, line)
         proc.wait()
