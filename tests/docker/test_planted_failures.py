@@ -143,24 +143,28 @@ def test_a_container_paused_with_a_compiler_child_alive_is_hung_paused_first_not
     assert_single_node_cpu(run)
 
 
-def test_one_rank_killed_by_the_oom_killer_is_crashed_within_5_s_with_the_oom_as_headline(
-    faults_image, new_servers
-):
-    args, env = tiny(faults_image, "--fault", "oom:rank=1")
-
-    def kill(server: Server) -> None:
-        server.limit_memory(400 << 20)
-        server.go()
-
+def oom_at_http_up(victim):
+    """An act: at HTTP up, note the victim's pid (`victim(server)`), cap the container's memory a
+    little above what it uses, and arm the oom fault. The pid is in the returned dict."""
     pids: dict[str, int] = {}
 
     def act(server: Server, line: dict) -> None:
         if milestone("http.up")(line) and not server.done:
-            pids["TP1"] = server.rank_pid("TP1")
-            kill(server)
+            pids["victim"] = victim(server)
+            server.limit_memory(400 << 20)
+            server.go()
 
+    return act, pids
+
+
+def test_one_rank_killed_by_the_oom_killer_is_crashed_within_5_s_with_the_oom_as_headline(
+    faults_image, new_servers
+):
+    args, env = tiny(faults_image, "--fault", "oom:rank=1")
+    act, killed = oom_at_http_up(lambda server: server.rank_pid("TP1"))
     run = plant(args, act, env=env)
     result = run.result
+    pids = {"TP1": killed["victim"]}
     assert (run.code, result["verdict"]) == (1, "crashed"), run.brief()
     killed_at = kernel_kill_time(pids["TP1"])
     assert killed_at is not None, "the kernel's log has no OOM kill of TP1"
@@ -176,20 +180,10 @@ def test_one_rank_killed_by_the_oom_killer_is_crashed_within_5_s_with_the_oom_as
 
 def test_the_launcher_oom_killed_takes_the_whole_container_and_the_oom_is_first(faults_image, new_servers):
     args, env = tiny(faults_image, "--fault", "oom:rank=main")
-
-    def kill(server: Server) -> None:
-        server.limit_memory(400 << 20)
-        server.go()
-
-    pids: dict[str, int] = {}
-
-    def act(server: Server, line: dict) -> None:
-        if milestone("http.up")(line) and not server.done:
-            pids["main"] = server.launcher_pid()
-            kill(server)
-
+    act, killed = oom_at_http_up(lambda server: server.launcher_pid())
     run = plant(args, act, env=env)
     result = run.result
+    pids = {"main": killed["victim"]}
     assert (run.code, result["verdict"]) == (1, "crashed"), run.brief()
     killed_at = kernel_kill_time(pids["main"])
     assert killed_at is not None and run.result_at - killed_at < 5, run.brief()

@@ -46,52 +46,17 @@ def test_every_needs_and_raised_by_key_in_the_book_is_known():
     for cause in book.causes:
         assert set(cause.raised_by) | set(cause.unless_raised) <= set(KEYS), cause.id
     with pytest.raises(ValueError, match="unknown evidence keys"):
-        build_causes(
-            {
-                "cause": [
-                    {
-                        "id": "x",
-                        "title": "t",
-                        "why": "w",
-                        "what_to_try": ["a"],
-                        "source": "s",
-                        "raised_by": ["nope"],
-                    }
-                ]
-            }
-        )
+        build_causes({"cause": [one_cause(raised_by=["nope"])]})
     with pytest.raises(ValueError, match="unknown needs"):
-        build_causes(
-            {
-                "cause": [
-                    {
-                        "id": "x",
-                        "title": "t",
-                        "why": "w",
-                        "what_to_try": ["a"],
-                        "source": "s",
-                        "needs": ["moon"],
-                    }
-                ]
-            }
-        )
+        build_causes({"cause": [one_cause(needs=["moon"])]})
+
+
+def one_cause(**keys) -> dict:
+    return {"id": "x", "title": "t", "why": "w", "what_to_try": ["a"], "source": "s", **keys}
 
 
 def test_the_older_devices_key_still_means_needs_gpu():
-    [cause] = build_causes(
-        {
-            "cause": [
-                {
-                    "id": "x",
-                    "title": "t",
-                    "why": "w",
-                    "what_to_try": ["a"],
-                    "source": "s",
-                    "devices": ["cuda"],
-                }
-            ]
-        }
-    ).causes
+    [cause] = build_causes({"cause": [one_cause(devices=["cuda"])]}).causes
     assert cause.needs == ("gpu",) and cause.devices == frozenset({"cuda"})
 
 
