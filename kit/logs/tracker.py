@@ -70,10 +70,8 @@ class Tracker:
     last_sample: ActivitySample | None = None
     samples: tuple[ActivitySample, ...] = ()  # the last few, oldest first (the verdict's activity)
     gpu_error: str | None = None  # the first reason the GPUs could not be read (a GPU lost)
-    # The last stack samples taken while quiet (kit/logs/stacks.py), oldest first, and what the
-    # newest said moved (a rank working, a rank past a wait): progress read off the stacks.
+    # The last stack samples taken while quiet (kit/logs/stacks.py), oldest first.
     stack_samples: tuple[StackSample, ...] = ()
-    stack_moved: tuple[str, ...] = ()
     seq: int = 0  # events observed; orders errors against progress
     progress_seq: int = 0
     all_ranks_print: frozenset[Milestone] = frozenset()  # seen from a line every rank prints
@@ -167,7 +165,7 @@ class Tracker:
         that could not be read changes nothing: it is neither progress nor a hang."""
         previous = self.stack_samples[-1] if self.stack_samples else StackSample(t=sample.t)
         said = moved(previous, sample)
-        changes: dict[str, Any] = {"stack_samples": (*self.stack_samples, sample)[-2:], "stack_moved": said}
+        changes: dict[str, Any] = {"stack_samples": (*self.stack_samples, sample)[-2:]}
         if said:
             changes["last_activity_at"] = max(self.last_activity_at, sample.t)
             changes["last_alive_at"] = max(self.last_alive_at, sample.t)

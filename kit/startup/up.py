@@ -13,7 +13,7 @@ from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.logs.activity import SampleHistory, series_rows
-from kit.logs.stacks import STACK_EVERY_S, RankStack, classify_stack, explain_hang, rank_of_process
+from kit.logs.stacks import STACK_EVERY_S, RankStack, explain_hang
 from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
@@ -41,18 +41,6 @@ from kit.startup.serving import OnChange, ServingLimits, as_verdict, watch_servi
 from kit.startup.watch import Progress, Watcher
 
 ProgressCallback = Callable[[Progress], None]
-
-
-def collect_stacks(source: Source) -> dict[str, RankStack]:
-    """py-spy stacks of every scheduler process, keyed by rank label ('TP0', 'DP0 TP1')."""
-    stacks: dict[str, RankStack] = {}
-    for proc in source.stacks(lambda title: rank_of_process(title) is not None):
-        rank = rank_of_process(proc.title)
-        if rank is not None:
-            stacks[rank] = classify_stack(
-                rank, proc.text, proc.pid, compilers=proc.compilers, held=proc.state
-            )
-    return stacks
 
 
 def verdict_stacks(watcher: Watcher, now: float) -> dict[str, RankStack]:
