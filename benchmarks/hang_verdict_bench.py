@@ -8,6 +8,11 @@ rank 1 blocked before the rendezvous) N times, and reports per run:
   quiet   time between the last log line (or activity) and the HUNG verdict
   window  the init stall window in force (the goal: quiet <= window + 5 s)
   total   wall time of the whole command (start-up, hang, stacks, cleanup)
+  kit cpu the kit's own CPU (its process and the py-spy dumps it ran: the samples taken while the
+          stage was quiet, at most one per rank every 10 s) as a share of one core over the run
+          (the goal: under 5 %)
+  rests   what the verdict rests on: "stacks and counters" (every rank idle at the same place in
+          two stack samples) or "counters only" and why
   shape   the activity the verdict rests on (a rank blocked before the rendezvous: quiet) and the
           causes it puts first
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SLACK_S = 5.0
 
 
-def one_run(stall_init: float | None) -> tuple[dict, float]:
+def one_run(stall_init: float | None) -> tuple[dict, float, float]:
     argv = [
         sys.executable,
         "-m",
@@ -44,13 +50,16 @@ def one_run(stall_init: float | None) -> tuple[dict, float]:
     ]
     if stall_init:
         argv += ["--stall", f"init={stall_init:g}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     results = [json.loads(line) for line in proc.stdout.splitlines() if '"type":"result"' in line]
     if not results:
         raise SystemExit(f"no result from kit up (exit {proc.returncode}): {proc.stderr[-500:]}")
-    return results[-1], wall
+    return results[-1], wall, cpu
 
 
 def main() -> None:
@@ -63,26 +72,31 @@ def main() -> None:
 
     window = args.stall_init or resolve("tiny").timing.stall_windows["init"]
     quiets: list[float] = []
-    print(f"{'run':>3}  {'verdict':8} {'phase':6} {'quiet s':>8} {'window s':>9} {'total s':>8}  named")
+    shares: list[float] = []
+    head = f"{'run':>3}  {'verdict':8} {'phase':6} {'quiet s':>8} {'window s':>9} {'total s':>8}"
+    print(f"{head} {'kit cpu':>8}  named")
     for run in range(1, args.runs + 1):
-        result, wall = one_run(args.stall_init)
+        result, wall, cpu = one_run(args.stall_init)
+        shares.append(cpu / wall)
         quiet = float(result.get("quiet_for_s") or 0.0)
         quiets.append(quiet)
         waiting = ",".join(result["waiting_ranks"]) or "-"
         missing = ",".join(result["missing_ranks"]) or "-"
         phase = result["phase"] or "-"
         row = f"{run:>3}  {result['verdict']:8} {phase:6} {quiet:8.1f} {window:9.1f} {wall:8.1f}"
+        row += f" {cpu / wall:8.1%}"
         print(f"{row}  waiting {waiting} / missing {missing}")
         shape = (result.get("activity") or {}).get("shape") or "-"
         causes = ", ".join(c["id"] for c in result.get("likely_causes", [])[:3]) or "-"
         print(f"     activity {shape}; causes {causes}")
+        print(f"     rests on {result.get('rests_on') or '-'}")
     worst = max(quiets)
     ratio = worst / (window + SLACK_S)
     status = "PASS" if worst <= window + SLACK_S else "ABOVE GOAL"
     print(
         f"verdict latency after the last line: median {statistics.median(quiets):.1f} s, "
         f"worst {worst:.1f} s; goal <= window + {SLACK_S:.0f} s = {window + SLACK_S:.0f} s; "
-        f"ratio {ratio:.2f} ({status})"
+        f"ratio {ratio:.2f} ({status}); the kit's own CPU: worst {max(shares):.1%} of a core (goal < 5 %)"
     )
 
 

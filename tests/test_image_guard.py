@@ -20,6 +20,8 @@ def test_needs_an_image(built_image, monkeypatch):
 def test_an_unbuilt_image_skips_here_and_fails_in_ci(pytester, monkeypatch, ci, outcome):
     monkeypatch.setenv("CI", ci)
     pytester.makeconftest(Path(__file__).with_name("conftest.py").read_text(encoding="utf-8"))
+    # The conftest imports the skip allow-list beside it (tests/skip_policy.py).
+    pytester.makepyfile(skip_policy=Path(__file__).with_name("skip_policy.py").read_text(encoding="utf-8"))
     pytester.makepyfile(GUARDED)
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider")
     result.assert_outcomes(**{outcome: 1})

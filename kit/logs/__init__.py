@@ -7,7 +7,10 @@
                                                 launches: judges the last, summarises the others
     analyze_text(text) / analyze_path(path)     an offline report with likely causes
     limits_from_spec(spec) (kit/logs/limits.py) a LaunchSpec's timing as PhaseLimits
-    classify_stack / explain_hang (stacks.py)   where each rank waits, from py-spy dumps
+    classify_stack / explain_hang (stacks.py)   where each rank is, from py-spy dumps (stacks.toml),
+                                                and whether two samples confirm a hang
+    Evidence / rank_causes (evidence.py, causes.py)  the one record a verdict's causes are ranked
+                                                on: facts of the run, direct evidence, the log
 
 Patterns per SGLang release live in patterns.toml and likely causes in causes.toml; see
 docs/logs.md.

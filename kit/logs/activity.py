@@ -27,6 +27,18 @@ from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
+class CgroupReading:
+    """The server cgroup's counters at one moment; None where unread (kit/runtime/cgroup.py reads
+    cgroup v2's memory.events, cgroup.events, cpu.stat; v1's memory.oom_control, freezer.state)."""
+
+    oom: int | None = None
+    oom_kill: int | None = None
+    frozen: bool | None = None
+    throttled_s: float | None = None
+    where: str = ""  # the cgroup's path, for the lines
+
+
+@dataclass(frozen=True, slots=True)
 class ActivitySample:
     """Cumulative counters of the server's processes at monotonic time `t`; None where not measurable."""
 
@@ -54,6 +66,13 @@ class ActivitySample:
     # Where compile_bytes came from: "proc" (the processes' /proc/PID/io) or "cgroup" (the
     # container's block-I/O write bytes, where /proc/PID/io cannot be read); kit/logs/counters.py.
     writes_via: str | None = None
+    # The server cgroup's counters (OOM kills, frozen, throttling); None where unreadable.
+    cgroup: CgroupReading | None = None
+
+    @property
+    def frozen(self) -> bool:
+        """The cgroup freezer holds every process (docker pause): nothing measured now is progress."""
+        return bool(self.cgroup and self.cgroup.frozen)
 
 
 def _delta(before: float | None, after: float | None) -> float:
@@ -77,7 +96,7 @@ def what_moved(
     """The first counter between two samples that shows progress ('disk', 'network', 'gpu memory',
     'compile', 'cpu'), or None when nothing that counts moved."""
     dt = after.t - before.t
-    if dt <= 0:
+    if dt <= 0 or after.frozen:  # a frozen process is never progress, a compiler's included
         return None
     if moved := _io_moved(before, after, min_read_bytes, min_net_bytes):
         return moved
@@ -116,7 +135,7 @@ def signs_of_life(
     (either way: freeing is life too), 'compile', 'cpu' (above `cpu_alive_cores`); None when the
     server's processes did nothing measurable at all."""
     dt = after.t - before.t
-    if dt <= 0:
+    if dt <= 0 or after.frozen:
         return None
     if moved := _io_moved(before, after, min_read_bytes, min_net_bytes):
         return moved

@@ -26,6 +26,7 @@ from typing import Any
 
 from kit.logs.activity import ActivitySample
 from kit.logs.events import Event, Milestone, Note, Phase
+from kit.logs.stacks import StackSample
 from kit.logs.tracker import Tracker
 from kit.logs.verdicts import Crashed, PhaseLimits, Ready, Verdict
 
@@ -164,6 +165,9 @@ class Attempts:
 
     def observe_sample(self, sample: ActivitySample) -> Attempts:
         return self._evolve(current=self.current.observe_sample(sample))
+
+    def observe_stacks(self, sample: StackSample) -> Attempts:
+        return self._evolve(current=self.current.observe_stacks(sample))
 
     def verdict(self, now: float, *, ended: bool = False) -> Verdict | None:
         """The current (last) attempt's verdict; earlier attempts never decide it."""

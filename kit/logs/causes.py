@@ -1,8 +1,13 @@
-"""Rank the likely causes in causes.toml by the evidence an analysis found (see that file's header).
+"""Rank the likely causes in causes.toml over one evidence record (kit/logs/evidence.py); see that
+file's header for the keys.
 
-Evidence decides the order: a cause whose exception was raised beats one whose activity shape
-fits the watch's measurements (quiet ranks, spinning ranks), which beats one whose words appear,
-and all beat causes that merely fit the outcome and phase; those come last, marked generic.
+A cause whose precondition (`needs`: several nodes, a GPU, a proxy) is false on this run is never
+offered; one whose facts are unknown (an offline log) is kept, its row saying which fact was unknown.
+Evidence decides the order: direct evidence (`raised_by`: the engine's Paused or OOMKilled, the
+cgroup's oom_kill, the kernel's OOM line, a process killed by a signal or stopped, a stack in a
+compiler) beats a raised exception, which beats an activity shape that fits the watch's
+measurements (quiet ranks, spinning ranks), which beats words, and all beat causes that merely fit
+the outcome and phase; those come last, marked generic.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from importlib import resources
 from typing import Any
 
 from kit.logs.events import Phase
+from kit.logs.evidence import KEYS, NEEDS, WEIGHTS, Evidence, Facts
 
 OUTCOMES = frozenset({"ready", "crashed", "hung"})
 # Shapes of the activity a live verdict was reached on (kit/logs/activity.py ActivitySummary.shape).
 SHAPES = frozenset({"quiet", "spinning"})
 _ACTIVITY_SCORE = 200  # a measured shape outweighs one word (100), never an exception (1000)
+_RAISED_SCORE = 10_000  # direct evidence outweighs any exception or pattern
 _PHASES = frozenset(p.value for p in Phase) | {"none"}
 _KEYS = frozenset(
     {
@@ -36,6 +43,9 @@ _KEYS = frozenset(
         "requires",
         "activity",
         "unless",
+        "needs",
+        "raised_by",
+        "unless_raised",
     }
 )
 
@@ -52,9 +62,12 @@ class Cause:
     requires: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
     exceptions: tuple[str, ...] = ()
-    devices: frozenset[str] | None = None  # None: any
+    devices: frozenset[str] | None = None  # None: any; {"cuda"} is `needs = ["gpu"]`
     activity: frozenset[str] = frozenset()  # activity shapes it fits (quiet, spinning)
     unless: tuple[str, ...] = ()  # words that rule it out (the server said it is not in use)
+    needs: tuple[str, ...] = ()  # facts it needs (nodes>1, gpu, proxy): false on this run, never shown
+    raised_by: tuple[str, ...] = ()  # direct evidence keys (kit/logs/evidence.py KEYS) that raise it
+    unless_raised: tuple[str, ...] = ()  # evidence keys that rule it out (an OOM kill is no bare kill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +78,7 @@ class CauseMatch:
     evidence: tuple[str, ...]
     generic: bool  # nothing found: it only fits the outcome and phase
     score: int = 0
+    facts: tuple[str, ...] = ()  # the facts it rests on: "needs gpu: gpu yes (device cuda)"
 
 
 @cache
@@ -103,6 +117,21 @@ def _cause(raw: dict[str, Any]) -> Cause:
     shapes = frozenset(_strings(raw, "activity", where))
     if not shapes <= SHAPES:
         raise ValueError(f"{where}: unknown activity {sorted(shapes - SHAPES)} (use {sorted(SHAPES)})")
+    needs = _strings(raw, "needs", where)
+    if not set(needs) <= NEEDS:
+        raise ValueError(f"{where}: unknown needs {sorted(set(needs) - NEEDS)} (use {sorted(NEEDS)})")
+    devices = frozenset(raw["devices"]) if "devices" in raw else None
+    if devices is not None and not devices <= {"cuda", "cpu"}:
+        raise ValueError(f"{where}: unknown devices {sorted(devices - {'cuda', 'cpu'})} (use cuda, cpu)")
+    if devices == {"cuda"} and "gpu" not in needs:
+        needs = (*needs, "gpu")  # the older key: a cause only CUDA can have needs a GPU
+    if "gpu" in needs:
+        devices = frozenset({"cuda"})
+    raised_by = _strings(raw, "raised_by", where)
+    unless_raised = _strings(raw, "unless_raised", where)
+    unknown_keys = (set(raised_by) | set(unless_raised)) - set(KEYS)
+    if unknown_keys:
+        raise ValueError(f"{where}: unknown evidence keys {sorted(unknown_keys)} (kit/logs/evidence.py KEYS)")
     return Cause(
         id=raw["id"],
         title=raw["title"],
@@ -114,9 +143,12 @@ def _cause(raw: dict[str, Any]) -> Cause:
         requires=_strings(raw, "requires", where),
         words=_strings(raw, "words", where),
         exceptions=_strings(raw, "exceptions", where),
-        devices=frozenset(raw["devices"]) if "devices" in raw else None,
+        devices=devices,
         activity=shapes,
         unless=_strings(raw, "unless", where),
+        needs=needs,
+        raised_by=raised_by,
+        unless_raised=unless_raised,
     )
 
 
@@ -150,41 +182,72 @@ def match_causes(
     phase_known: bool = True,
     activity: str | None = None,
 ) -> tuple[CauseMatch, ...]:
-    """Causes that fit, ranked by evidence (see the module docstring).
+    """Causes that fit a log's text alone (kit analyze): `rank_causes` over a record holding only
+    the text. `device` (cuda, cpu) is the one fact a log may tell; None keeps every cause."""
+    facts = Facts() if device is None else Facts(gpu=device == "cuda", said={"gpu": f"device {device}"})
+    record = Evidence(
+        outcome=outcome,
+        phase=phase,
+        phase_known=phase_known,
+        facts=facts,
+        log_text=evidence,
+        raised_text=evidence if exception is None else exception,
+        shape=activity,
+    )
+    return rank_causes(record, book, limit)
 
-    `evidence` is the text searched for words (case-insensitive); `exception` the exception and
-    traceback text searched for a cause's exceptions (case-sensitive; `evidence` when None).
-    `phase` None with `phase_known` means "before the first milestone"; with `phase_known=False`
-    (a pasted tail whose phase nothing tells) a cause with evidence fits whatever its phases.
-    `device` (cuda, cpu) drops causes that cannot happen there (NCCL on a CPU rehearsal); None,
-    for an offline log that does not say, keeps them all.
+
+def rank_causes(record: Evidence, book: CauseBook | None = None, limit: int = 6) -> tuple[CauseMatch, ...]:
+    """Causes that fit the evidence record, ranked by evidence (see the module docstring).
+
+    `record.log_text` is searched for words (case-insensitive), `record.raised_text` for a cause's
+    exceptions (case-sensitive). `phase` None with `phase_known` means "before the first
+    milestone"; with `phase_known=False` (a pasted tail whose phase nothing tells) a cause with
+    evidence fits whatever its phases. A cause whose `needs` is false on this run is dropped; one
+    whose needed fact is unknown stays (an offline log cannot rule it out).
     """
-    raised = evidence if exception is None else exception
-    phase_name = "none" if phase is None else phase.value
+    text, raised_text, outcome = record.log_text, record.raised_text, record.outcome
+    raised = record.raised()
+    phase_name = "none" if record.phase is None else record.phase.value
     found: list[tuple[int, int, CauseMatch]] = []
     for order, cause in enumerate((book or default_causes()).causes):
         if cause.outcomes is not None and outcome not in cause.outcomes:
             continue
-        if device is not None and cause.devices is not None and device not in cause.devices:
+        facts = tuple(record.facts.describe(need) for need in cause.needs)
+        if any(record.facts.holds(need) is False for need in cause.needs):
             continue
-        if cause.unless and found_words(cause.unless, evidence):
+        if any(key in raised for key in cause.unless_raised):
             continue
-        shaped = activity is not None and activity in cause.activity
-        if cause.requires and not shaped and not found_words(cause.requires, evidence):
+        if cause.unless and found_words(cause.unless, text):
             continue
-        hits = tuple(e for e in cause.exceptions if e in raised)
-        words = tuple(w for w in found_words(cause.words, evidence) if w not in hits)
+        direct = tuple(line for key in cause.raised_by for line in raised.get(key, ()))
+        shaped = record.shape is not None and record.shape in cause.activity
+        only_raised = cause.raised_by and not (cause.words or cause.exceptions or cause.activity)
+        if only_raised and not direct:
+            continue
+        if cause.requires and not (shaped or direct) and not found_words(cause.requires, text):
+            continue
+        hits = tuple(e for e in cause.exceptions if e in raised_text)
+        words = tuple(w for w in found_words(cause.words, text) if w not in hits)
         fits_phase = cause.phases is None or phase_name in cause.phases
-        if not fits_phase and (phase_known or not (hits or words)):
+        if not fits_phase and (record.phase_known or not (hits or words or direct)):
             continue
-        shape = (f"activity={activity}",) if shaped else ()
-        generic = not (hits or words or shaped)
+        shape = (f"activity={record.shape}",) if shaped else ()
+        generic = not (hits or words or shaped or direct)
         # Among causes with no evidence, one made for this phase alone beats one that fits many
         # phases; among causes with equal evidence the book's order (commoner first) decides.
         specific = 0
         if generic and cause.phases and phase_name in cause.phases:
             specific = 10 - min(len(cause.phases), 9)
-        score = 1000 * len(hits) + _ACTIVITY_SCORE * len(shape) + 100 * len(words) + specific
-        found.append((-score, order, CauseMatch(cause, hits + shape + words, generic, score)))
+        keys = sum(WEIGHTS.get(key, 1) for key in cause.raised_by if key in raised)
+        score = (
+            _RAISED_SCORE * keys
+            + 1000 * len(hits)
+            + _ACTIVITY_SCORE * len(shape)
+            + 100 * len(words)
+            + specific
+        )
+        match = CauseMatch(cause, direct + hits + shape + words, generic, score, facts)
+        found.append((-score, order, match))
     found.sort(key=lambda item: (item[0], item[1]))
     return tuple(match for _, _, match in found[:limit])

@@ -45,7 +45,8 @@ class SpanRow:
 
 @dataclass(frozen=True)
 class CauseRow:
-    """A likely cause: `evidence` is what was found for it in the log (exception names, words);
+    """A likely cause: `evidence` is what raised it (direct evidence lines: the engine's state, the
+    cgroup's, the kernel's, SGLang's child-exit lines, stacks; then exception names and words);
     `generic` marks a cause that only fits the outcome and phase, with no evidence at all."""
 
     id: str
@@ -55,6 +56,9 @@ class CauseRow:
     evidence: tuple[str, ...] = ()
     generic: bool = True
     source: str = ""
+    facts: tuple[str, ...] = ()
+    """The facts of the run it needs and what they were here ("needs gpu: gpu yes (device cuda)";
+    "unknown" where a log cannot tell)."""
 
 
 def _iso(base: datetime | None, seconds: float | None) -> str | None:
@@ -120,6 +124,7 @@ def cause_rows(matches: Iterable[CauseMatch]) -> tuple[CauseRow, ...]:
             evidence=m.evidence,
             generic=m.generic,
             source=m.cause.source,
+            facts=m.facts,
         )
         for m in matches
     )

@@ -35,6 +35,7 @@ from kit.logs.events import (
 )
 from kit.logs.launch import ExpectedRank, LaunchArgs
 from kit.logs.reducer import Log, Reducer
+from kit.logs.stacks import StackSample, moved, stack_basis
 from kit.logs.verdicts import (
     Crashed,
     Deadline,
@@ -69,6 +70,8 @@ class Tracker:
     last_sample: ActivitySample | None = None
     samples: tuple[ActivitySample, ...] = ()  # the last few, oldest first (the verdict's activity)
     gpu_error: str | None = None  # the first reason the GPUs could not be read (a GPU lost)
+    # The last stack samples taken while quiet (kit/logs/stacks.py), oldest first.
+    stack_samples: tuple[StackSample, ...] = ()
     seq: int = 0  # events observed; orders errors against progress
     progress_seq: int = 0
     all_ranks_print: frozenset[Milestone] = frozenset()  # seen from a line every rank prints
@@ -156,6 +159,22 @@ class Tracker:
             last_alive_at=max(self.last_alive_at, sample.t) if alive else self.last_alive_at,
             gpu_error=self.gpu_error or sample.gpu_error,
         )
+
+    def observe_stacks(self, sample: StackSample) -> Tracker:
+        """Every rank's stack while the stage is quiet. A rank working (a compile, a load) or one
+        that got past a wait since the previous sample is progress; idle ranks are not. A stack
+        that could not be read changes nothing: it is neither progress nor a hang."""
+        previous = self.stack_samples[-1] if self.stack_samples else StackSample(t=sample.t)
+        said = moved(previous, sample)
+        changes: dict[str, Any] = {"stack_samples": (*self.stack_samples, sample)[-2:]}
+        if said:
+            changes["last_activity_at"] = max(self.last_activity_at, sample.t)
+            changes["last_alive_at"] = max(self.last_alive_at, sample.t)
+        return self._evolve(**changes)
+
+    def stacks_while_quiet(self) -> tuple[StackSample, ...]:
+        """The stack samples taken since the last progress: the ones a HUNG verdict can rest on."""
+        return tuple(s for s in self.stack_samples if s.t >= self.last_activity_at)
 
     def _lives(self, before: ActivitySample, after: ActivitySample) -> bool:
         limits = self.limits
@@ -356,12 +375,16 @@ class Tracker:
             missing: list[str] = []
             for entry in self.missing():
                 missing.extend(r for r in entry.ranks if r not in missing)
+            ranks = [e.key for e in self.expected()] or [s.label for s in self.rank_states if s.rank]
+            basis = stack_basis(self.stacks_while_quiet(), ranks)
             return Hung(
                 phase=self.phase,
                 stuck_ranks=self.stuck_ranks(),
                 missing_ranks=tuple(missing),
                 evidence=self.evidence(),
                 quiet_for_s=quiet_for,
+                stacks_confirm=basis.complete,
+                basis=basis.said,
             )
         elapsed = now - self.phase_since
         limit = self.limits.deadline_s.of(stage)

@@ -122,6 +122,10 @@ class Hung:
     missing_ranks: tuple[str, ...]
     evidence: tuple[str, ...]
     quiet_for_s: float
+    stacks_confirm: bool = False
+    """Every rank idle at the same place in the last two stack samples (kit/logs/stacks.py)."""
+    basis: str = ""
+    """What the verdict rests on beyond the counters: the stacks' word, or why they could not say."""
     kind: VerdictKind = VerdictKind.HUNG
     exit_code: int = ExitCode.HUNG
 

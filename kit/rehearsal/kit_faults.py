@@ -34,6 +34,21 @@ module does nothing but read one variable.
                                           before it goes on: longer than the old 10 s crash grace.
                                           at=launch+load plants both in one start
 
+    KIT_FAULT=oom[:rank=N|main]           once the file /tmp/kit-fault-go exists (`docker exec C touch
+              [,go=PATH]                  /tmp/kit-fault-go`), rank N (default 1) or the launcher
+                                          (main) makes itself the OOM killer's first choice
+                                          (oom_score_adj 1000) and allocates until the kernel kills
+                                          it: the container needs a memory limit (`docker update
+                                          --memory`), or the host's RAM is what it eats
+
+    KIT_FAULT=compile-hold[:rank=N]       rank N (default 1), on its main thread right after loading
+              [,seconds=S]                (before the barrier the ranks meet at), builds a
+                                          C file through torch inductor's own compile step
+                                          (cpp_builder.run_compile_cmd: gcc, then cc1), fed through a
+                                          pipe that stays empty S seconds (default 30): a real
+                                          compiler child alive and quiet (no CPU, no writes, no
+                                          line), as a long JIT compile looks from outside
+
 Patches attach lazily, when SGLang imports torch.distributed or safetensors, so the switch costs
 nothing in processes that never do. The blocking functions have telling names
 (`kit_fault_hang_init`, ...) so stack dumps show where a planted hang sits.
@@ -139,6 +154,64 @@ def kit_fault_traceback(where: str, hold: float, path: str | None = None) -> Non
             sum(i * i for i in range(20_000))
 
 
+def kit_fault_oom(go: str) -> None:
+    """Wait for the go file, then allocate (and touch) memory until the OOM killer ends us."""
+    while not os.path.exists(go):
+        time.sleep(0.2)
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    hoard = []
+    while True:
+        hoard.append(bytearray(32 << 20))  # zero-filled: every page is touched
+        time.sleep(0.02)
+
+
+def kit_fault_compile_hold(seconds: float) -> None:
+    """Compile a small C file with gcc through inductor's run_compile_cmd; its source comes through a
+    FIFO that a thread fills only after `seconds`, so cc1 waits, alive and idle, until then."""
+    import tempfile
+    import threading
+
+    from torch._inductor import cpp_builder
+
+    folder = tempfile.mkdtemp(prefix="kit-fault-compile-")
+    fifo = os.path.join(folder, "kernel.c")
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        time.sleep(seconds)
+        with open(fifo, "w") as handle:
+            handle.write("int kit_fault_kernel(int x) { return x + 1; }\n")
+
+    threading.Thread(target=feed, name="kit-fault-compile-feed", daemon=True).start()
+    cpp_builder.run_compile_cmd(f"gcc -x c -c {fifo} -o {os.path.join(folder, 'kernel.o')}", folder)
+
+
+def _start_oom(params: dict[str, str], who: str) -> None:
+    import threading
+
+    go = params.get("go", "/tmp/kit-fault-go")
+
+    def run() -> None:
+        if who != "main":
+            while _current_rank() is None:  # the rank is known once torch.distributed is up
+                time.sleep(0.2)
+            if _current_rank() != int(who):
+                return
+        kit_fault_oom(go)
+
+    threading.Thread(target=run, name="kit-fault-oom", daemon=True).start()
+
+
+def _patch_oom(module, kind: str, params: dict[str, str]) -> None:
+    import multiprocessing
+
+    who = params.get("rank", "1")
+    launcher = multiprocessing.current_process().name == "MainProcess"
+    if (who == "main") == launcher:
+        _start_oom(params, who)
+
+
 def _patch_launch(module, kind: str, params: dict[str, str]) -> None:
     import multiprocessing
 
@@ -167,6 +240,16 @@ def _patch_distributed(module, kind: str, params: dict[str, str]) -> None:
             return original_all_reduce(*args, **kwargs)
 
         module.all_reduce = all_reduce
+    elif kind == "compile-hold":
+        seconds = float(params.get("seconds", "30"))
+        original_barrier = module.monitored_barrier
+
+        def monitored_barrier(*args, **kwargs):  # SGLang's barrier after loading (load_model_utils.py)
+            if _current_rank() == target:
+                kit_fault_compile_hold(seconds)
+            return original_barrier(*args, **kwargs)
+
+        module.monitored_barrier = monitored_barrier
     elif kind == "hang-p2p":
         if p2p_disabled():
             return  # the path that hangs is not taken
@@ -227,6 +310,8 @@ _PATCHES = {
     "crash-load": ("safetensors", _patch_safetensors),
     "slow-load": ("safetensors", _patch_safetensors),
     "traceback": ("safetensors", _patch_safetensors),
+    "oom": ("torch.distributed", _patch_oom),
+    "compile-hold": ("torch.distributed", _patch_distributed),
 }
 
 

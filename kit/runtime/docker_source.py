@@ -21,6 +21,7 @@ says which). An NVML failure (a GPU lost after a hang) becomes
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import threading
@@ -36,9 +37,12 @@ from docker.models.containers import Container
 
 from kit.errors import EnvironmentProblem
 from kit.logs import ActivitySample
+from kit.logs.activity import CgroupReading
 from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
+from kit.runtime import processes as procs
 from kit.runtime import server as runtime
+from kit.runtime.cgroup import kernel_log, read_cgroup
 from kit.runtime.compile_cache import is_compiler
 from kit.runtime.engine import LABEL_RESTART
 from kit.runtime.nvml import NvmlGpus
@@ -187,14 +191,24 @@ def process_tree(root_pid: int | None) -> list[psutil.Process]:
 
 
 def compilers_running(processes: list[psutil.Process]) -> int | None:
-    """How many of the processes are compilers (by comm: nvcc, ptxas, cicc, cc1plus, ld, ...)."""
+    """How many of the processes are compilers (by comm: nvcc, ptxas, cicc, cc1plus, ld, ...) that
+    can run: a stopped compiler (SIGSTOP, a debugger) is no progress."""
     if not processes:
         return None
-    count = 0
+    return len(compiler_names(processes))
+
+
+_HELD = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+
+def compiler_names(processes: list[psutil.Process]) -> list[str]:
+    """The names of the compilers among the processes that are not stopped."""
+    names = []
     for proc in processes:
         with contextlib.suppress(psutil.Error, OSError):
-            count += is_compiler(proc.name())
-    return count
+            if is_compiler(proc.name()) and proc.status() not in _HELD:
+                names.append(proc.name())
+    return names
 
 
 def rank_cpu_seconds(processes: list[psutil.Process]) -> tuple[tuple[str, float], ...]:
@@ -269,6 +283,9 @@ class DockerSource:
         self._writes = WriteMeter()
         self._cgroup_writes_at_start: int | None = None
         self.notes: list[str] = []
+        # Every host pid seen in the container, named (a rank, "main" for the launcher, else its
+        # name): the kernel's OOM lines name host pids, which outlive the container.
+        self.pid_names: dict[int, str] = {}
 
     def _started_at(self, mono_now: float) -> float:
         state = self.container.attrs.get("State") or {}
@@ -323,6 +340,7 @@ class DockerSource:
         root_pid = (self.container.attrs.get("State") or {}).get("Pid")
         tree = process_tree(root_pid)
         pids = [proc.pid for proc in tree]
+        self._name_pids(tree)
         if not pids and (read is None or self.gpus is not None):
             pids = host_pids(self.container)
         if read is None:
@@ -342,8 +360,23 @@ class DockerSource:
             gpu_error=gpu_error,
             rank_processes=rank_processes(tree),
             writes_via=writes_via,
+            cgroup=read_cgroup(root_pid),
             **self._checkpoint_pages(pids),
         )
+
+    def _name_pids(self, tree: list[psutil.Process]) -> None:
+        """Name each new pid: its rank, "main" for the launcher (PID 1, or the child of docker-init
+        when the container runs with --init), else its process name."""
+        if not tree:
+            return
+        with contextlib.suppress(psutil.Error, OSError):
+            root = tree[0]
+            init = root.name() == "docker-init"
+            launcher = next((p.pid for p in tree[1:] if p.ppid() == root.pid), None) if init else root.pid
+            for proc in tree:
+                if proc.pid not in self.pid_names:
+                    rank = rank_of_process(procs.title(proc))
+                    self.pid_names[proc.pid] = rank or ("main" if proc.pid == launcher else proc.name())
 
     def _checkpoint_pages(self, pids: list[int]) -> dict:
         """The checkpoint's pages the ranks hold mapped (kit/runtime/mapped.py): what a load moves on
@@ -450,16 +483,49 @@ class DockerSource:
             restarts=self._restart_count(),
             restart_policy=self._supervisor_policy if by_name else policy,
             replaced_by_name=by_name,
+            paused=running and bool(state.get("Paused")),
         )
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------
 
-    def stacks(self, want: Callable[[str], bool] = lambda title: True) -> list[ProcessStack]:
+    def stacks(
+        self, want: Callable[[str], bool] = lambda title: True, *, nonblocking: bool = False
+    ) -> list[ProcessStack]:
+        """py-spy stacks of the container's processes whose title `want` accepts. From the host where
+        the kit can (root in the host's PID namespace: py-spy's own CPU is then not the server's,
+        and a paused container's frozen processes read all the same), else through `docker exec`
+        (refused while the container is paused)."""
+        tree = process_tree((self.container.attrs.get("State") or {}).get("Pid"))
+        if tree and os.geteuid() == 0 and procs.py_spy() is not None:
+            return self._host_stacks(tree, want, nonblocking)
         found = []
         for pid, title in sorted(runtime.list_processes(self.container).items()):
             if want(title):
-                found.append(ProcessStack(pid, title, runtime.dump_stack(self.container, pid)))
+                text = runtime.dump_stack(self.container, pid, nonblocking=nonblocking)
+                found.append(ProcessStack(pid, title, text))
         return found
+
+    def _host_stacks(
+        self, tree: list[psutil.Process], want: Callable[[str], bool], nonblocking: bool
+    ) -> list[ProcessStack]:
+        frozen = bool((read_cgroup(tree[0].pid) or CgroupReading()).frozen)
+        found = []
+        for proc in tree:
+            name = procs.title(proc)
+            if not name or not want(name):
+                continue
+            try:
+                state = "frozen" if frozen else str(proc.status())
+                children = proc.children(recursive=True)
+            except (psutil.Error, OSError):
+                continue
+            text = procs.dump_stack(proc.pid, nonblocking=nonblocking)
+            found.append(ProcessStack(proc.pid, name, text, state, tuple(compiler_names(children))))
+        return found
+
+    def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
+        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
+        return kernel_log()
 
     @property
     def base_url(self) -> str | None:

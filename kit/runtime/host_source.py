@@ -32,6 +32,7 @@ import psutil
 from kit.errors import EnvironmentProblem, InputError
 from kit.logs import ActivitySample
 from kit.runtime import processes as procs
+from kit.runtime.cgroup import kernel_log
 from kit.runtime.journal import JournalFollower, journal_argv
 from kit.runtime.logfile import FileFollower
 from kit.runtime.nvml import NvmlGpus
@@ -302,13 +303,24 @@ class HostSource:
 
     # -- diagnosis and HTTP -----------------------------------------------------------------------
 
-    def stacks(self, want: Callable[[str], bool] = lambda title: True) -> list[ProcessStack]:
+    def stacks(
+        self, want: Callable[[str], bool] = lambda title: True, *, nonblocking: bool = False
+    ) -> list[ProcessStack]:
         found = []
         for process in sorted(procs.processes(self.where.pids()), key=lambda p: p.pid):
             name = procs.title(process)
             if name and want(name):
-                found.append(ProcessStack(process.pid, name, procs.dump_stack(process.pid)))
+                try:
+                    state = str(process.status())
+                except (psutil.Error, OSError):
+                    state = None
+                text = procs.dump_stack(process.pid, nonblocking=nonblocking)
+                found.append(ProcessStack(process.pid, name, text, state))
         return found
+
+    def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
+        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
+        return kernel_log()
 
     @property
     def base_url(self) -> str | None:

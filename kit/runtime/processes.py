@@ -318,15 +318,18 @@ def ptrace_scope(proc: Path = PROC) -> str | None:
         return None
 
 
-def dump_stack(pid: int, timeout_s: int = _PY_SPY_TIMEOUT_S) -> str:
-    """`py-spy dump --pid PID`, or one line in parentheses saying why there is no stack."""
+def dump_stack(pid: int, timeout_s: int = _PY_SPY_TIMEOUT_S, *, nonblocking: bool = False) -> str:
+    """`py-spy dump --pid PID`, or one line in parentheses saying why there is no stack.
+
+    `nonblocking`: read the stack without suspending the process (the samples taken while a stage
+    is quiet: they never pause what they watch, and a frozen or stopped process reads all the same)."""
     tool = py_spy()
     if tool is None:
         return "(no stack: py-spy is not installed here; pip install py-spy)"
+    flags = ["--nonblocking"] if nonblocking else []
     try:
-        done = subprocess.run(
-            [tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s, check=False
-        )
+        command = [tool, "dump", *flags, "--pid", str(pid)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return f"(no stack: py-spy dump --pid {pid} did not answer within {timeout_s} s)"
     except OSError as exc:

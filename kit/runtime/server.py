@@ -190,9 +190,10 @@ def list_processes(container: Container) -> dict[int, str]:
     return processes
 
 
-def dump_stack(container: Container, pid: int, timeout_s: int = 20) -> str:
-    code, out = exec_text(container, ["py-spy", "dump", "--pid", str(pid)], timeout_s=timeout_s)
-    if code != 0 and "Failed to suspend" in out:
+def dump_stack(container: Container, pid: int, timeout_s: int = 20, *, nonblocking: bool = False) -> str:
+    flags = ["--nonblocking"] if nonblocking else []
+    code, out = exec_text(container, ["py-spy", "dump", *flags, "--pid", str(pid)], timeout_s=timeout_s)
+    if code != 0 and not nonblocking and "Failed to suspend" in out:
         # A stopped process (SIGSTOP, a debugger) cannot be suspended by py-spy's ptrace; read it
         # without suspending: it is not running, so the stack is consistent.
         code, out = exec_text(

@@ -6,6 +6,9 @@ Three implementations drive the same Watcher, tracker and verdict code:
     kit.runtime.host_source.HostSource       host processes: a systemd unit or a PID (kit watch --unit/--pid)
     kit.scenarios.replay.ReplaySource        a scenario replayed on its own clock (GPU-shaped start-ups)
 
+A source over real processes (docker, host) also answers `kernel_log()`: the kernel's ring buffer,
+whose OOM lines name the processes it killed; a replay has none.
+
 A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
 cumulative activity counters of the server's processes (CPU seconds, disk bytes read, network bytes
 received, GPU memory and utilisation), the server's state, stacks on demand, and a clock that the
@@ -15,7 +18,7 @@ watcher sleeps on. Modelled on httpx's transports: one small surface, a real one
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -35,6 +38,7 @@ class SourceState:
     restarts: int = 0
     restart_policy: str | None = None  # "no", "on-failure", "always", "unless-stopped"
     replaced_by_name: bool = False  # the supervisor starts a new container under the same name
+    paused: bool = False  # the engine froze it (docker pause): running, but nothing in it runs
 
     @property
     def restarting(self) -> bool:
@@ -51,6 +55,8 @@ class ProcessStack:
     pid: int
     title: str  # the process's command line / title, e.g. "sglang::scheduler_TP0"
     text: str  # py-spy dump output (or why there is none)
+    state: str | None = None  # running, sleeping, stopped, tracing-stop, frozen (cgroup); None unknown
+    compilers: tuple[str, ...] = ()  # live compiler children (names), for "waits on a compiler child"
 
 
 @runtime_checkable
@@ -76,7 +82,10 @@ class Source(Protocol):
         """After the server stopped: what is left of its output (waits up to timeout_s for the end)."""
         ...
 
-    def stacks(self) -> list[ProcessStack]: ...
+    def stacks(self, want: Callable[[str], bool] = ..., *, nonblocking: bool = False) -> list[ProcessStack]:
+        """py-spy stacks of the processes whose title `want` accepts. `nonblocking`: without
+        suspending them (the samples the watcher takes while a stage is quiet)."""
+        ...
 
     def log_text(self) -> str: ...
 

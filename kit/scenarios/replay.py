@@ -388,7 +388,7 @@ class ReplaySource:
             gpu_error=gpu_error,
         )
 
-    def stacks(self, want=lambda title: True) -> list[ProcessStack]:
+    def stacks(self, want=lambda title: True, *, nonblocking: bool = False) -> list[ProcessStack]:
         return [
             ProcessStack(pid, title, self.scenario.stacks[title])
             for pid, title in sorted(self.pids.items())

@@ -25,7 +25,7 @@ from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.serving import OnChange, ServingLimits
-from kit.startup.up import _result, collect_stacks, serve_ready, with_upstream
+from kit.startup.up import _result, launch_nodes, serve_ready, verdict_stacks, with_upstream
 from kit.startup.watch import Progress, Watcher
 
 
@@ -146,8 +146,11 @@ def run_watch_host(
         except KeyboardInterrupt:
             return UpResult(target, image, source.name, "interrupted", int(ExitCode.INTERRUPTED))
         now = source.clock()
-        stacks = collect_stacks(source) if isinstance(verdict, (Hung, Deadline)) else {}
-        result = _result(target, image, source.name, verdict, watcher, now, stacks, device, gpus=inventory)
+        stacks = verdict_stacks(watcher, now) if isinstance(verdict, (Hung, Deadline)) else {}
+        nodes = launch_nodes(argv)
+        result = _result(
+            target, image, source.name, verdict, watcher, now, stacks, device, nodes, gpus=inventory
+        )
         if isinstance(verdict, Crashed):
             result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
         result = dataclasses.replace(result, notes=(*result.notes, *source.notes))

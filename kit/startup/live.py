@@ -111,6 +111,8 @@ class LiveView:
         self._counters: Readable | None = None  # the counters last said to be readable
         self._status_probes = -1  # the serving status last emitted as JSON (its probe count)
         self._status_said = 0.0  # when a plain serving status line was last printed
+        self._paused_said = False
+        self._stacks_said: tuple[str, ...] = ()
         # Some milestones have two lines per rank (KV cache allocated, memory pool end): show one.
         self._shown: set[tuple[str, str]] = set()
 
@@ -144,6 +146,8 @@ class LiveView:
             self._new_attempt(progress)
         self._overruns(progress)
         self._readable(progress)
+        self._paused(progress)
+        self._stacks(progress)
         if self.as_json:
             self._json(progress)
         elif self._live:
@@ -195,6 +199,50 @@ class LiveView:
                 self._live.console.print(f"{overrun.describe()}; followed on", markup=False, highlight=False)
             else:
                 self._say(progress, f"{overrun.describe()}; followed on to READY, HUNG or CRASHED")
+
+    def _note(self, progress: Progress, record: dict, text: str) -> None:
+        """One line that stays: a JSON object, a line above the live table, or a plain line."""
+        if self.as_json:
+            emit_json({"t": round(progress.elapsed, 3), **record})
+        elif self._live:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            self._say(progress, text)
+
+    def _paused(self, progress: Progress) -> None:
+        """Say at once that the engine paused the container (and when it is unpaused)."""
+        paused = progress.paused_since is not None
+        if paused == self._paused_said:
+            return
+        self._paused_said = paused
+        name = progress.container
+        if paused:
+            text = f"PAUSED: container {name} is paused (docker pause): nothing runs; `docker unpause {name}`"
+            self._note(
+                progress, {"type": "paused", "container": name, "command": f"docker unpause {name}"}, text
+            )
+        else:
+            self._note(progress, {"type": "unpaused", "container": name}, f"container {name} was unpaused")
+
+    def _stacks(self, progress: Progress) -> None:
+        """Each stack sample taken while quiet: what every rank is doing (said when it changes)."""
+        sample = progress.stacks
+        if sample is None:
+            return
+        said = tuple(r.describe() for r in sample.ranks) or (f"stacks unreadable: {sample.why_unreadable()}",)
+        if said == self._stacks_said:
+            return
+        self._stacks_said = said
+        ranks = [
+            {"rank": r.rank, "state": r.state.value, "what": r.what, "where": r.where, "held": r.held}
+            for r in sample.ranks
+        ]
+        unreadable = None if sample.readable else sample.why_unreadable()
+        self._note(
+            progress,
+            {"type": "stacks", "ranks": ranks, "unreadable": unreadable},
+            "stacks: " + "; ".join(_clip(line, 120) for line in said),
+        )
 
     def serving(self, event) -> None:
         """The serving watch (kit/startup/serving.py): READY and its first token before it begins

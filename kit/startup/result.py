@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
-from kit.logs.activity import ActivitySummary
-from kit.logs.causes import match_causes
+from kit.logs.activity import ActivitySummary, CgroupReading
+from kit.logs.causes import rank_causes
+from kit.logs.evidence import (
+    Evidence,
+    Facts,
+    Finding,
+    FirstFailure,
+    UpstreamWord,
+    cgroup_findings,
+    child_exit_findings,
+    container_findings,
+    first_failure,
+    kernel_findings,
+    process_findings,
+)
 
 # The rank, span and cause rows are shared with `kit analyze` (one JSON shape, docs/schema/).
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
@@ -23,6 +37,50 @@ class StackRow:
     pid: int | None
     kind: str
     where: str
+    state: str = ""  # waiting, spinning, working, sleeping, unknown, unreadable (kit/logs/stacks.toml)
+    what: str = ""  # the place in words: "inductor compile, cc1plus child"
+    held: str | None = None  # stopped, tracing-stop, frozen: nothing in it runs
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the watch read besides the log, for the evidence record at a verdict (kit up and kit
+    watch fill it from the Watcher; `kernel_lines` from the kernel's ring buffer, or `kernel_note`
+    saying why it could not be read)."""
+
+    container: str
+    t: float = 0.0
+    running: bool = True
+    paused_for_s: float | None = None
+    oom_killed: bool = False
+    exit_code: int | None = None
+    gone: bool = False
+    cgroup_first: CgroupReading | None = None
+    cgroup_last: CgroupReading | None = None
+    rank_processes: tuple[tuple[str, int, str], ...] | None = None
+    pid_ranks: Mapping[int, str] = field(default_factory=dict)
+    child_exits: tuple[tuple[float, str], ...] = ()
+    kernel_lines: tuple[str, ...] = ()
+    kernel_note: str | None = None
+    upstream: tuple[UpstreamWord, ...] = ()
+
+    def findings(self) -> tuple[Finding, ...]:
+        return (
+            *container_findings(
+                name=self.container,
+                paused=self.paused_for_s is not None,
+                paused_for_s=self.paused_for_s,
+                oom_killed=self.oom_killed,
+                exit_code=self.exit_code,
+                gone=self.gone,
+                running=self.running,
+                t=self.t,
+            ),
+            *cgroup_findings(self.cgroup_first, self.cgroup_last, self.t),
+            *process_findings(self.rank_processes, self.t),
+            *child_exit_findings(self.child_exits, self.pid_ranks),
+            *kernel_findings(self.kernel_lines, self.pid_ranks),
+        )
 
 
 @dataclass(frozen=True)
@@ -94,10 +152,29 @@ class UpResult:
     counters: dict | None = None
     """Which activity counters the watch could read on this host ({"read": [...], "unread": [...]},
     kit/logs/counters.py): a verdict resting on counters says which it had."""
+    direct_evidence: tuple[str, ...] = ()
+    """What the engine, the cgroup, the kernel, SGLang's child-exit lines and the processes said at
+    the verdict (kit/logs/evidence.py), one line each: the record the causes were ranked on."""
+    first_failure: str | None = None
+    """The process that died first and why, when one did (the headline of a crash)."""
+    consequences: tuple[str, ...] = ()
+    """Errors of other ranks after the first failure: its consequences, not causes."""
+    rests_on: str | None = None
+    """For HUNG: 'stacks and counters' (every rank idle at the same place in two samples) or
+    'counters only: <why the stacks could not say>'."""
+    paused: bool = False
+    """The engine reported the container paused at the verdict (docker pause)."""
+    kept: str | None = None
+    """Why the container was kept although the verdict would remove it, and how to remove it."""
+    evidence_complete: bool | None = None
+    """For HUNG: the stacks confirm it and the counters were readable, so `kit up` may remove the
+    server; False keeps it (what could not be seen is in `rests_on`)."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
-    return tuple(StackRow(s.rank, s.pid, s.kind.value, s.where) for s in stacks.values())
+    return tuple(
+        StackRow(s.rank, s.pid, s.kind.value, s.where, s.state.value, s.what, s.held) for s in stacks.values()
+    )
 
 
 def hardware_evidence(gpus: GpuInventory | None, tp: int = 1) -> list[str]:
@@ -119,22 +196,49 @@ def hardware_evidence(gpus: GpuInventory | None, tp: int = 1) -> list[str]:
     return lines
 
 
-def causes_for(
+_PROXY_NAMES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def run_facts(
+    tracker: Tracker,
+    device: str | None,
+    environment: Mapping[str, str] | None,
+    nodes: int | None = None,
+) -> Facts:
+    """The facts causes need: nodes (the launch line's --nnodes, else what the kit launched), a GPU
+    (the launch's device), a proxy (in the server's own environment); None where unknown."""
+    said: dict[str, str] = {}
+    if tracker.launch is not None:
+        nodes = tracker.launch.nnodes
+        said["nodes"] = "the launch line"
+    elif nodes is not None:
+        said["nodes"] = "the launch's arguments"
+    gpu = None if device is None else device == "cuda"
+    if device is not None:
+        said["gpu"] = f"device {device}"
+    proxy = None
+    if environment is not None:
+        set_ = sorted(k for k, v in environment.items() if k.lower() in _PROXY_NAMES and v.strip())
+        proxy = bool(set_)
+        said["proxy"] = (
+            f"the server's environment sets {', '.join(set_)}" if set_ else "none in the server's environment"
+        )
+    return Facts(nodes=nodes, gpu=gpu, proxy=proxy, said=said)
+
+
+def evidence_for(
     verdict: Verdict,
     tracker: Tracker,
-    stacks: dict[str, RankStack],
-    device: str,
+    stacks: Mapping[str, RankStack],
+    facts: Facts,
+    seen: Seen | None = None,
     gpus: GpuInventory | None = None,
     environment: tuple[str, ...] = (),
-) -> tuple[CauseRow, ...]:
-    """Likely causes ranked by the live evidence: the log's last lines, the exception, where each
-    rank's stack waits, the GPUs' facts, the server's environment (a proxy for loopback) and the
-    activity the verdict was reached on (its shape: quiet ranks point at a rendezvous, spinning
-    ones at a hung collective)."""
-    if isinstance(verdict, Ready):
-        return ()
+) -> Evidence:
+    """The one record a verdict's causes are ranked on: the log's text (kept lines, the exception,
+    notes, error kinds), the GPUs' facts, the server's environment, the activity and its shape, the
+    stacks, and what the engine, cgroup, kernel and processes said (`seen`)."""
     activity = tracker.activity()
-    outcome = "crashed" if isinstance(verdict, Crashed) else "hung"
     exception = getattr(verdict, "exception", None) or ""
     raised = "\n".join(
         [
@@ -155,14 +259,43 @@ def causes_for(
             *(s.where for s in stacks.values()),
             *(s.kind.value for s in stacks.values()),
             *(f"kind={e.fields['kind']}" for e in tracker.recent_errors if "kind" in e.fields),
-            f"device={device}",
             "missing-ranks" if any(tracker.missing()) else "",
         ]
     )
+    outcome = "crashed" if isinstance(verdict, Crashed) else "hung"
     phase = getattr(verdict, "phase", None) or tracker.phase
     shape = activity.shape if activity is not None and not isinstance(verdict, Crashed) else None
-    matches = match_causes(outcome, phase, haystack, device=device, exception=raised, activity=shape)
-    rows = list(cause_rows(matches))
+    return Evidence(
+        outcome=outcome,
+        phase=phase,
+        facts=facts,
+        findings=seen.findings() if seen is not None else (),
+        upstream=seen.upstream if seen is not None else (),
+        stacks=tuple(stacks.values()),
+        log_text=haystack,
+        raised_text=raised,
+        shape=shape,
+    )
+
+
+def causes_for(
+    verdict: Verdict,
+    tracker: Tracker,
+    stacks: Mapping[str, RankStack],
+    device: str | None,
+    gpus: GpuInventory | None = None,
+    environment: tuple[str, ...] = (),
+    *,
+    record: Evidence | None = None,
+) -> tuple[CauseRow, ...]:
+    """Likely causes ranked over the evidence record (kit/logs/causes.py rank_causes): `record` when
+    the watch built one (`evidence_for`), else one from the tracker, the stacks and the device."""
+    if isinstance(verdict, Ready):
+        return ()
+    if record is None:
+        facts = run_facts(tracker, device, None)
+        record = evidence_for(verdict, tracker, stacks, facts, None, gpus, environment)
+    rows = list(cause_rows(rank_causes(record)))
     if any(s.kind.value == "planted-fault" for s in stacks.values()):
         rows.insert(
             0,
@@ -177,6 +310,29 @@ def causes_for(
             ),
         )
     return tuple(rows)
+
+
+def failure_story(
+    verdict: Verdict, tracker: Tracker, record: Evidence
+) -> tuple[FirstFailure | None, tuple[str, ...]]:
+    """The process that died first and why, and the other ranks' errors after it (consequences)."""
+    first = first_failure(record.findings)
+    if first is None or not isinstance(verdict, Crashed | Hung):
+        return None, ()
+    rank = first.who.split(" ", 1)[0]
+    if first.who == "the server's main process" and "OOM killer" not in first.why:
+        # The container's exit code alone: its main process ended by a signal, which SGLang sends
+        # itself when it shuts down after a rank failed (kill_process_tree): not who failed first.
+        return None, ()
+    after = []
+    for event in tracker.recent_errors:
+        if event.rank_label == rank:
+            continue
+        what = str(event.fields.get("exception") or event.text.strip())
+        if "crashed with exit code" in what or "scheduler died" in what:
+            continue  # SGLang's report of the death itself, not a consequence
+        after.append(f"{event.rank_label}: {what[:160]}")
+    return first, tuple(dict.fromkeys(after))
 
 
 def tensor_parallel(tracker: Tracker) -> int:
@@ -221,6 +377,14 @@ def explain_ranks(
 
 def headline(result: UpResult) -> str:
     phase = f" in {result.phase}" if result.phase else ""
+    if result.paused and result.verdict in ("hung", "deadline") and result.serving is None:
+        quiet = f" for {result.quiet_for_s:.0f} s" if result.quiet_for_s is not None else ""
+        return (
+            f"HUNG{phase}: the container is paused (docker pause): nothing in it ran{quiet}; "
+            f"`docker unpause {result.container}` resumes it"
+        )
+    if result.verdict == "crashed" and result.first_failure and result.serving is None:
+        return f"CRASHED{phase}: {result.first_failure}"
     if result.serving is not None:
         word = result.serving.get("verdict", "serving").upper()
         return f"{word} (serving {result.serving.get('served_s', 0):.0f} s): {result.serving.get('why')}"
@@ -281,6 +445,17 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.append(f"  missing: {rank}{detail}")
     if result.stuck_ranks and not (result.waiting_ranks or result.missing_ranks):
         lines.append(f"  stuck in {result.phase}: {', '.join(result.stuck_ranks)}")
+    if result.first_failure and result.consequences:
+        lines.append("  then (consequences of the first failure, not causes):")
+        lines.extend(f"    {line}" for line in result.consequences[:4])
+    if result.rests_on:
+        lines.append(f"  rests on: {result.rests_on}")
+    for row in result.stacks:
+        if row.state:
+            held = f" {row.held}" if row.held else ""
+            lines.append(f"  stack {row.rank}{held}: {row.state}: {row.what or row.kind} ({row.where[:100]})")
+    for line in result.direct_evidence[:6]:
+        lines.append(f"  seen: {line[:200]}")
     if result.verdict in ("hung", "deadline", "crashed") and result.evidence:
         lines.append("  last lines:")
         lines.extend(f"    {line[:160]}" for line in result.evidence[-6:])
@@ -296,6 +471,11 @@ def verdict_lines(result: UpResult) -> list[str]:
         lines.append(f"  went on after: {error[:160]}")
     for cause in result.likely_causes[:4]:
         lines.append(f"  likely: {cause.title} - try: {'; '.join(cause.what_to_try[:2])}")
+        because = [e for e in cause.evidence if e][:3]
+        if because or cause.facts:
+            lines.append("      rests on: " + "; ".join([*(e[:160] for e in because), *cause.facts]))
+    if result.kept:
+        lines.append(f"  kept: {result.kept}")
     if result.diagnostics:
         lines.append(f"  diagnostics: {result.diagnostics}")
     if result.bundle:

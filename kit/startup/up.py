@@ -14,7 +14,7 @@ from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.logs.activity import SampleHistory, series_rows
 from kit.logs.counters import readable_counters
-from kit.logs.stacks import RankStack, classify_stack, explain_hang, rank_of_process
+from kit.logs.stacks import STACK_EVERY_S, RankStack, explain_hang
 from kit.output import jsonable
 from kit.runtime import server as runtime
 from kit.runtime.docker_source import DockerSource
@@ -25,11 +25,15 @@ from kit.runtime.upstream import gather
 from kit.spec import LaunchSpec
 from kit.startup.overrun import DeadlinePolicy, DeadlineRow
 from kit.startup.result import (
+    Seen,
     UpResult,
     causes_for,
     error_lines,
+    evidence_for,
     explain_ranks,
+    failure_story,
     rank_rows,
+    run_facts,
     span_rows,
     stack_rows,
     verdict_name,
@@ -41,14 +45,45 @@ from kit.startup.watch import Progress, Watcher
 ProgressCallback = Callable[[Progress], None]
 
 
-def collect_stacks(source: Source) -> dict[str, RankStack]:
-    """py-spy stacks of every scheduler process, keyed by rank label ('TP0', 'DP0 TP1')."""
-    stacks: dict[str, RankStack] = {}
-    for proc in source.stacks(lambda title: rank_of_process(title) is not None):
-        rank = rank_of_process(proc.title)
-        if rank is not None:
-            stacks[rank] = classify_stack(rank, proc.text, proc.pid)
-    return stacks
+def verdict_stacks(watcher: Watcher, now: float) -> dict[str, RankStack]:
+    """The stacks a HUNG or DEADLINE verdict shows: the watch's last sample when it is recent (no
+    second dump within STACK_EVERY_S), else one more sample taken now without suspending anyone."""
+    samples = watcher.tracker.stack_samples
+    last = samples[-1] if samples else None
+    if last is None or now - last.t >= STACK_EVERY_S or not last.ranks:
+        last = watcher.read_stacks(now, watcher.last_state)
+    return {stack.rank: stack for stack in last.ranks}
+
+
+def seen_by(watcher: Watcher, now: float, container: str) -> Seen:
+    """What the watch read besides the log, and the kernel's ring buffer read now (OOM lines)."""
+    state = watcher.final_state or watcher.last_state
+    sample = watcher.last_sample
+    # Only sources over real processes read the kernel's log (a replay's ranks are not the host's).
+    read_kernel = getattr(watcher.source, "kernel_log", None)
+    lines, note = read_kernel() if callable(read_kernel) else ((), None)
+    return Seen(
+        container=container,
+        t=now,
+        running=state is None or state.running,
+        paused_for_s=None if watcher.paused_since is None else now - watcher.paused_since,
+        oom_killed=bool(state and state.oom_killed),
+        exit_code=None if state is None else state.exit_code,
+        gone=bool(state and state.gone),
+        cgroup_first=watcher.cgroup_first,
+        cgroup_last=watcher.cgroup_last,
+        rank_processes=None if sample is None else sample.rank_processes,
+        pid_ranks={**getattr(watcher.source, "pid_names", {}), **watcher.pid_ranks},
+        child_exits=tuple(watcher.child_exits),
+        kernel_lines=lines,
+        kernel_note=note,
+    )
+
+
+def counters_readable(watcher: Watcher) -> bool:
+    """The counters the verdict rests on could be read: a sample with the server's CPU time."""
+    sample = watcher.last_sample
+    return sample is not None and sample.cpu_seconds is not None
 
 
 def with_upstream(result: UpResult, source: Source, watcher: Watcher) -> tuple[UpResult, dict[str, str]]:
@@ -70,11 +105,19 @@ def _result(
     now: float,
     stacks: dict[str, RankStack],
     device: str,
+    nodes: int | None = None,
     **extra,
 ) -> UpResult:
     tracker = watcher.tracker
     explanation = explain_hang(stacks) if stacks else None
     waiting, missing = explain_ranks(verdict, explanation)
+    environment = watcher.source.environment()
+    seen = seen_by(watcher, now, container_name)
+    facts = run_facts(tracker, device, environment, nodes)
+    record = evidence_for(
+        verdict, tracker, stacks, facts, seen, extra.get("gpus"), watcher.environment_evidence()
+    )
+    first, consequences = failure_story(verdict, tracker, record)
     fields: dict = {
         "target": spec_target,
         "image": image,
@@ -87,9 +130,14 @@ def _result(
         "stacks": stack_rows(stacks),
         "waiting_ranks": waiting,
         "missing_ranks": missing,
-        "likely_causes": causes_for(
-            verdict, tracker, stacks, device, extra.get("gpus"), watcher.environment_evidence()
+        "likely_causes": causes_for(verdict, tracker, stacks, device, record=record),
+        "direct_evidence": (
+            *record.lines(),
+            *((seen.kernel_note,) if seen.kernel_note and not isinstance(verdict, Ready) else ()),
         ),
+        "first_failure": first.describe() if first is not None else None,
+        "consequences": consequences,
+        "paused": seen.paused_for_s is not None,
         "activity": tracker.activity(),
         "survived_errors": error_lines(
             tracker,
@@ -107,11 +155,21 @@ def _result(
     if isinstance(verdict, Ready):
         fields["startup_s"] = round(verdict.at - tracker.started_at, 2)
     elif isinstance(verdict, Hung):
+        readable = counters_readable(watcher)
+        rests_on = (
+            f"stacks and counters ({verdict.basis})"
+            if verdict.stacks_confirm
+            else (f"counters only ({verdict.basis})" if verdict.basis else "counters only")
+        )
+        if not readable:
+            rests_on += "; the counters could not be read either"
         fields.update(
             quiet_for_s=round(verdict.quiet_for_s, 1),
             stuck_ranks=verdict.stuck_ranks,
             evidence=verdict.evidence,
             limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
+            rests_on=rests_on,
+            evidence_complete=verdict.stacks_confirm and readable and seen.paused_for_s is None,
         )
     elif isinstance(verdict, Deadline):
         given = tracker.stage in tracker.limits.deadlines_given
@@ -183,9 +241,19 @@ def follow_source(
     api_key = api_key_from_env(spec)  # read once: the first token and the serving watch use the same key
     stacks: dict[str, RankStack] = {}
     if isinstance(verdict, (Hung, Deadline)):
-        stacks = collect_stacks(source)
+        stacks = verdict_stacks(watcher, now)
+    nodes = launch_nodes(spec.argv)
     result = _result(
-        spec.target, spec.image, source.name, verdict, watcher, now, stacks, spec.device, gpus=inventory
+        spec.target,
+        spec.image,
+        source.name,
+        verdict,
+        watcher,
+        now,
+        stacks,
+        spec.device,
+        nodes,
+        gpus=inventory,
     )
     if isinstance(verdict, Ready) and source.base_url:
         said = server_startup_time(source.base_url, transport=source.http_transport(), api_key=api_key)
@@ -272,10 +340,20 @@ def serve_ready(
     if call.verdict.value not in ("hung", "crashed"):
         return _replace(ready, serving=summary), {}
     verdict = as_verdict(call, state, watcher, now)
-    stacks = collect_stacks(source) if isinstance(verdict, Hung) else {}
+    stacks = verdict_stacks(watcher, now) if isinstance(verdict, Hung) else {}
     device = spec.device if spec is not None else "cpu"
+    nodes = launch_nodes(spec.argv) if spec is not None else None
     result = _result(
-        ready.target, ready.image, ready.container, verdict, watcher, now, stacks, device, gpus=inventory
+        ready.target,
+        ready.image,
+        ready.container,
+        verdict,
+        watcher,
+        now,
+        stacks,
+        device,
+        nodes,
+        gpus=inventory,
     )
     keep = {k: getattr(ready, k) for k in ("startup_s", "first_token_s", "first_token_endpoint", "reply")}
     return _replace(result, exception=call.why, serving=summary, **keep), stacks
@@ -364,8 +442,12 @@ def run_up(
         result = UpResult(spec.target, spec.image, server.name, "interrupted", int(ExitCode.INTERRUPTED))
     finally:
         removed = False
+        kept = None if result is None else keep_reason(result)
+        if kept is not None and result is not None:
+            result = _replace(result, kept=kept)
         # A stage past its deadline still moves: that is no harm, so the server is left to the user.
-        if not keep and not (result is not None and result.verdict == "deadline"):
+        # A HUNG whose evidence is not complete is kept too (keep_reason).
+        if not keep and kept is None and not (result is not None and result.verdict == "deadline"):
             try:
                 removed = runtime.remove(server.container)
             except KitError:
@@ -373,6 +455,37 @@ def run_up(
                     result = _replace(result, notes=(*result.notes, f"could not remove {server.name}"))
     assert result is not None
     return _replace(result, container_removed=removed)
+
+
+def keep_reason(result: UpResult) -> str | None:
+    """Why a server judged HUNG is kept rather than removed, with the command that removes it; None
+    when its evidence is complete (the stacks confirm the hang, the counters were readable) or the
+    verdict is not HUNG. A paused container is never removed: unpausing it may be all it needs."""
+    if result.verdict != "hung" and not result.paused:
+        return None
+    if result.paused:
+        return (
+            f"the container is paused, so it is never removed: `docker unpause {result.container}` "
+            f"resumes it, `kit down {result.container}` removes it"
+        )
+    if result.evidence_complete:
+        return None
+    return (
+        f"the evidence is not complete ({result.rests_on or 'counters only'}): the server is left "
+        f"running to look at; `kit down {result.container}` removes it"
+    )
+
+
+def launch_nodes(argv: tuple[str, ...] | list[str]) -> int:
+    """How many nodes the launch spans: its --nnodes (SGLang's flag), else one."""
+    args = list(argv)
+    for index, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--nnodes=") else None
+        if arg == "--nnodes" and index + 1 < len(args):
+            value = args[index + 1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
 
 
 def run_watch(

@@ -26,7 +26,9 @@ from kit.logs import (
     Tracker,
     Verdict,
 )
+from kit.logs.activity import CgroupReading
 from kit.logs.soft_watchdog import SoftWatchdogReader
+from kit.logs.stacks import STACK_EVERY_S, StackSample, classify_stack, rank_of_process
 from kit.proxyenv import ProxyGap, loopback_gap
 from kit.runtime.source import Source, SourceState
 from kit.startup.overrun import (
@@ -55,6 +57,8 @@ class Progress:
     overruns: tuple[Overrun, ...] = ()  # stages that passed their deadline and went on, in order
     read_at_stage_start: int | None = None  # the read counter when the current stage began
     shards: ShardBar | None = None  # SGLang's shard bar, its newest drawing in this attempt
+    paused_since: float | None = None  # the engine reports the container paused since then
+    stacks: StackSample | None = None  # the stack sample taken in this step, if one was
 
     @property
     def overrun(self) -> Overrun | None:
@@ -101,6 +105,18 @@ RESTART_GRACE_S = 60.0
 # the proxy: SGLang would retry for 120 s and stop (http_server.py `_execute_server_warmup`, 0.5.23).
 PROXY_WARMUP_CONCLUSIVE_S = 20.0
 _WARMUP_REQUEST = "/model_info"
+# Stacks are sampled while a stage is quiet: the first this long before its stall window ends (and
+# not before STACK_MIN_QUIET_S of quiet), then every STACK_EVERY_S, so two samples are in by the end
+# of the window. A HUNG reached with one sample waits for the second at most STACK_HOLD_S.
+STACK_LEAD_S = 12.0
+STACK_MIN_QUIET_S = 2.0
+STACK_HOLD_S = 4.0
+# SGLang's own word that a child died (sglang 0.5.23 srt/utils/watchdog.py, srt/entrypoints/engine.py).
+_CHILD_EXIT = ("crashed with exit code", "scheduler died during initialization")
+
+
+def _wants_rank(title: str) -> bool:
+    return rank_of_process(title) is not None
 
 
 class Watcher:
@@ -147,13 +163,22 @@ class Watcher:
         self.sample_every_s = sample_every_s
         self.final_state: SourceState | None = None
         self._next_sample = source.clock()
-        self._last_sample: ActivitySample | None = None
+        self.last_sample: ActivitySample | None = None
         # The server's own proxies decide where its warm-up goes (kit/proxyenv.py).
         self.proxy_gap: ProxyGap | None = loopback_gap(source.environment() or {})
         self._http_up_at: float | None = None
         self._warmup_request_seen = False
         # SGLang's soft watchdog (every render arms it): its dumps are evidence, never progress.
         self.soft_watchdog = SoftWatchdogReader()
+        # Evidence for the verdict (kit/logs/evidence.py): the engine's state, the cgroup's first
+        # and last readings, which pid was which rank, SGLang's child-exit lines, the stacks.
+        self.last_state: SourceState | None = None
+        self.paused_since: float | None = None
+        self.cgroup_first: CgroupReading | None = None
+        self.cgroup_last: CgroupReading | None = None
+        self.pid_ranks: dict[int, str] = {}
+        self.child_exits: list[tuple[float, str]] = []
+        self.stacks_at: float | None = None
         # What happened before the watch began is known only from the log: activity cannot be
         # judged before the first sample, so quiet time counts from the watch's start at the earliest.
         self._ingest(source.read())
@@ -186,6 +211,8 @@ class Watcher:
             events.extend(found)
             if _WARMUP_REQUEST in line:
                 self._warmup_request_seen = True
+            if any(words in line for words in _CHILD_EXIT):
+                self.child_exits.append((t, line))
             for event in found:
                 if event.milestone is Milestone.HTTP_UP:
                     self._http_up_at, self._warmup_request_seen = t, False
@@ -226,6 +253,8 @@ class Watcher:
         events = self._ingest(source.read())
         now = source.clock()
         sample = None
+        stacks = None
+        dead: tuple[str, ...] = ()
         ended = False
         if now >= self._next_sample:
             self._next_sample = now + self.sample_every_s
@@ -237,12 +266,18 @@ class Watcher:
                 self._run_ended_for = self._attempt_at_state
             self._restarts_seen = state.restarts
             self._attempt_at_state = self.attempts.number
+            self.last_state = state
+            self.paused_since = (self.paused_since or now) if state.paused else None
             if state.running:
                 self._down_since = None
                 sample = source.sample(now)
             if sample is not None:
                 self.attempts = self.attempts.observe_sample(sample)
-                self._last_sample = sample
+                dead = self._ranks_gone(sample)
+                self.last_sample = sample
+                self._keep_evidence(sample)
+            if state.running:
+                stacks = self._sample_stacks(now, state)
             if not state.running and not self._waiting_for_restart(state, now):
                 ended = True
                 self.final_state = state
@@ -272,13 +307,18 @@ class Watcher:
             self._crash_held_since = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
+        if dead and not ended and (verdict is None or isinstance(verdict, Hung)):
+            verdict = self._rank_died(dead, now)
+        paused = self.paused_since is not None  # frozen stacks cannot confirm anything more
+        if isinstance(verdict, Hung) and not ended and not paused and self._second_stack_due(now):
+            verdict = None  # the stacks' second look is a few seconds away: it decides what HUNG rests on
         if verdict is None and not ended:
             verdict = self._proxy_verdict(now)
         progress = Progress(
             self.tracker,
             now,
             tuple(events),
-            sample or self._last_sample,
+            sample or self.last_sample,
             source.name,
             self.line_count,
             self.lines[-1] if self.lines else None,
@@ -286,6 +326,8 @@ class Watcher:
             tuple(self.overruns),
             self._read_at_stage_start,
             self._load_shards(),
+            self.paused_since,
+            stacks,
         )
         return progress, verdict
 
@@ -295,12 +337,100 @@ class Watcher:
             return None
         return self._shards[1]
 
+    def _ranks_gone(self, sample: ActivitySample) -> tuple[str, ...]:
+        """Scheduler ranks alive in the previous sample that have exited since (gone, or a zombie)."""
+        before, after = self.last_sample, sample.rank_processes
+        if before is None or before.rank_processes is None or after is None:
+            return ()
+        alive = {rank for rank, _pid, state in before.rank_processes if not state.startswith("zombie")}
+        now = {rank: state for rank, _pid, state in after}
+        return tuple(sorted(r for r in alive if r not in now or now[r].startswith("zombie")))
+
+    def _rank_died(self, dead: tuple[str, ...], now: float) -> Crashed:
+        """A scheduler process exited during start-up: the server cannot go on without it (SGLang's
+        own watchdog then ends the rest: srt/utils/watchdog.py, 0.5.23), so the crash is final now,
+        not after its peers' errors and the crash grace."""
+        judged = self.attempts.verdict(now, ended=True)
+        if isinstance(judged, Crashed):
+            return judged
+        states = {rank: state for rank, _pid, state in (self.last_sample.rank_processes or ())}
+        how = "; ".join(f"{rank} {states.get(rank, 'exited').removeprefix('zombie: ')}" for rank in dead)
+        return Crashed(
+            phase=self.tracker.phase,
+            evidence=tuple(self.lines)[-8:],
+            exception=f"a scheduler process exited: {how}",
+            rank=dead[0],
+        )
+
+    def _keep_evidence(self, sample: ActivitySample) -> None:
+        if sample.cgroup is not None:
+            self.cgroup_first = self.cgroup_first or sample.cgroup
+            self.cgroup_last = sample.cgroup
+        for rank, pid, _state in sample.rank_processes or ():
+            self.pid_ranks[pid] = rank
+
+    def _stack_window(self) -> tuple[float, float] | None:
+        """(when the first sample is due, when the window ends), as quiet seconds; None when no
+        stall window applies (serving)."""
+        stage = self.tracker.stage
+        if stage == "serving":
+            return None
+        window = self.tracker.limits.stall_window_s.of(stage)
+        return max(STACK_MIN_QUIET_S, window - STACK_LEAD_S), window
+
+    def _sample_stacks(self, now: float, state: SourceState) -> StackSample | None:
+        """Every rank's stack, without suspending them, while the stage is quiet: at most once every
+        STACK_EVERY_S (kit/logs/stacks.py); progress read off them moves the tracker's quiet clock."""
+        window = self._stack_window()
+        quiet = now - self.tracker.last_activity_at
+        if window is None or quiet < window[0]:
+            return None
+        if self.stacks_at is not None and now - self.stacks_at < STACK_EVERY_S:
+            return None
+        self.stacks_at = now
+        sample = self.read_stacks(now, state)
+        self.attempts = self.attempts.observe_stacks(sample)
+        return sample
+
+    def read_stacks(self, now: float, state: SourceState | None = None) -> StackSample:
+        try:
+            found = self.source.stacks(_wants_rank, nonblocking=True)
+        except Exception as exc:  # an adapter's failure is evidence missing, never the end of a watch
+            return StackSample(now, unreadable=f"reading the stacks failed: {exc or type(exc).__name__}")
+        ranks = []
+        for proc in found:
+            rank = rank_of_process(proc.title)
+            if rank is not None:
+                ranks.append(
+                    classify_stack(rank, proc.text, proc.pid, compilers=proc.compilers, held=proc.state)
+                )
+        if ranks:
+            return StackSample(now, tuple(sorted(ranks, key=lambda r: r.rank)))
+        paused = (
+            " (the container is paused: docker exec is refused)" if state is not None and state.paused else ""
+        )
+        return StackSample(now, unreadable=f"no scheduler process could be read{paused}")
+
+    def _second_stack_due(self, now: float) -> bool:
+        """One readable stack sample in this quiet stretch and the second due within STACK_HOLD_S."""
+        quiet = self.tracker.stacks_while_quiet()
+        if len(quiet) != 1 or not quiet[0].readable or self.stacks_at is None:
+            return False
+        window = self._stack_window()
+        if window is None:
+            return False
+        window_end = self.tracker.last_activity_at + window[1]
+        return (
+            now < self.stacks_at + STACK_EVERY_S
+            and self.stacks_at + STACK_EVERY_S <= window_end + STACK_HOLD_S
+        )
+
     def _mark_stage(self) -> None:
         """Keep the read counter as it stood when the current stage began (the load's bytes read)."""
         key = (self.attempts.number, self.tracker.stage)
         if key != self._stage_key:
             self._stage_key = key
-            sample = self._last_sample
+            sample = self.last_sample
             self._read_at_stage_start = None if sample is None else sample.read_bytes
 
     def _note_overrun(self, deadline: Deadline, now: float) -> None:

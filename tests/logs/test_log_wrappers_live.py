@@ -93,7 +93,7 @@ class FollowedFile:
     def drain(self, timeout_s):
         return self.follower.take()
 
-    def stacks(self, want=lambda title: True):
+    def stacks(self, want=lambda title: True, *, nonblocking=False):
         return []
 
     def log_text(self) -> str:

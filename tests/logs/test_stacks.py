@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kit.logs.stacks import (
     StackKind,
+    StackSample,
+    StackState,
+    build_rules,
     classify_stack,
+    default_rules,
     explain_hang,
     main_thread_frames,
+    moved,
     rank_of_process,
+    stack_basis,
 )
 
 STACKS = Path(__file__).parents[1] / "fixtures" / "stacks"
@@ -91,3 +98,77 @@ def test_process_titles_map_to_tracker_rank_labels():
 def test_any_text_classifies_without_raising(text):
     stack = classify_stack("TP0", text)
     assert stack.kind in set(StackKind)
+
+
+# -- the table's states, and stacks over time (kit/logs/stacks.toml) ---------------------------------
+
+
+def test_the_warm_up_compile_is_working_and_names_its_compiler_child():
+    dump = load("warmup-compile-TP0.txt")  # TP0 in torch inductor's _run_compile_cmd (CPU rehearsal)
+    with_child = classify_stack("TP0", dump, compilers=("cc1plus",))
+    assert (with_child.state, with_child.kind) == (StackState.WORKING, StackKind.COMPILE)
+    assert with_child.what == "inductor compile, cc1plus child"
+    assert with_child.describe().startswith("TP0 compiling: inductor compile, cc1plus child")
+    # Without a compiler child the subprocess wait does not decide: the inductor frames outside do.
+    alone = classify_stack("TP0", dump)
+    assert (alone.state, alone.what) == (StackState.WORKING, "inductor compile")
+    assert alone.where.startswith("_run_compile_cmd")
+
+
+def test_a_stopped_or_frozen_rank_is_never_working_whatever_its_frames():
+    stopped = classify_stack("TP0", load("warmup-compile-TP0.txt"), compilers=("cc1plus",), held="stopped")
+    assert stopped.idle and not stopped.working and stopped.held == "stopped"
+    assert classify_stack("TP0", load("warmup-compile-TP0.txt"), held="sleeping").held is None
+
+
+def test_waiting_ranks_and_planted_hangs_are_idle():
+    assert classify_stack("TP0", load("hang-init-11.txt")).state is StackState.WAITING
+    assert classify_stack("TP1", load("hang-init-12.txt")).state is StackState.SLEEPING
+    unknown = classify_stack("TP0", 'Thread 1 (active): "MainThread"\n    mystery (x.py:1)\n')
+    assert unknown.state is StackState.UNKNOWN and not unknown.idle
+    idle = classify_stack("TP0", 'Thread 1 (idle): "MainThread"\n    mystery (x.py:1)\n')
+    assert idle.state is StackState.SLEEPING
+
+
+def test_every_row_has_a_source_and_a_bad_row_is_refused():
+    assert all(rule.source for rule in default_rules())
+    row = {"state": "working", "kind": "compile", "what": "w", "match": ["x"], "source": "s"}
+    assert build_rules({"frame": [row]})[0].what == "w"
+    for bad in (
+        {**row, "state": "unknown"},
+        {**row, "kind": "nope"},
+        {**row, "child": "linker"},
+        {**row, "x": 1},
+    ):
+        with pytest.raises(ValueError):
+            build_rules({"frame": [bad]})
+
+
+def sample(t: float, *stacks) -> StackSample:
+    return StackSample(t, tuple(stacks))
+
+
+def test_the_stacks_confirm_a_hang_only_with_every_rank_idle_at_the_same_place_twice():
+    waiting = classify_stack("TP0", load("hang-init-11.txt"))
+    planted = classify_stack("TP1", load("hang-init-12.txt"))
+    basis = stack_basis([sample(10, waiting, planted), sample(20, waiting, planted)], ["TP0", "TP1"])
+    assert basis.complete and basis.said.startswith(
+        "every rank idle at the same place in two samples 10 s apart"
+    )
+    assert not stack_basis([sample(20, waiting, planted)], ["TP0", "TP1"]).complete
+    assert "no stack for TP1" in stack_basis([sample(10, waiting), sample(20, waiting)], ["TP0", "TP1"]).said
+    unreadable = stack_basis([StackSample(20, unreadable="the container is paused")], ["TP0"])
+    assert not unreadable.complete and unreadable.said == "stacks unreadable: the container is paused"
+    assert stack_basis([], ["TP0"]).rests_on == "counters only"
+
+
+def test_a_working_rank_or_one_past_its_wait_is_progress_an_idle_one_is_not():
+    waiting = classify_stack("TP0", load("hang-init-11.txt"))
+    collective = classify_stack("TP0", load("hang-collective-11.txt"))
+    compiling = classify_stack("TP1", load("warmup-compile-TP0.txt"), compilers=("cc1plus",))
+    assert moved(sample(0, waiting), sample(10, waiting)) == ()
+    assert moved(sample(0, waiting), sample(10, collective)) == (
+        "TP0 moved: _create_c10d_store <- _tcp_rendezvous_handler <- init_process_group -> "
+        "all_reduce <- _exception_logger.<locals>.wrapper <- _patch_distributed.<locals>.all_reduce",
+    )
+    assert moved(sample(0), sample(10, compiling))[0].startswith("TP1 compiling: inductor compile")

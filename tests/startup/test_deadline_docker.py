@@ -53,6 +53,12 @@ def test_strict_deadlines_end_with_deadline_exit_5_and_leave_the_server_running(
     code, lines = kit_lines("up", "tiny", "--deadline", "warmup=3", "--strict-deadlines")
     result = lines[-1]
     assert (code, result["verdict"], result["phase"]) == (5, "deadline", "warmup"), result
+    # Three seconds into the warm-up the ranks compile (torch inductor's C++ kernels): that is the
+    # first likely cause, from the stacks, and no NCCL advice on a CPU run.
+    first = result["likely_causes"][0]
+    assert first["id"] == "compile-running", [c["id"] for c in result["likely_causes"]]
+    assert any("compiling: inductor compile" in line for line in first["evidence"]), first["evidence"]
+    assert not any(c["id"].startswith("nccl") for c in result["likely_causes"])
     assert not result["container_removed"]
     [server] = new_servers()
     assert server.name == result["container"] and server.status == "running"  # not harmed

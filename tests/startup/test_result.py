@@ -164,3 +164,58 @@ def test_a_crash_is_never_listed_as_something_the_server_went_on_after():
         "tiny", "sglang-0.5.23-cpu", "kit-tiny-x", verdict, watcher, watcher.source.now, {}, "cpu"
     )
     assert not any("Repo id" in line for line in result.survived_errors), result.survived_errors
+
+
+def test_kit_up_keeps_a_paused_server_and_a_hang_the_stacks_did_not_confirm_and_says_how_to_remove_it():
+    from kit.startup.up import keep_reason, launch_nodes
+
+    confirmed = UpResult(
+        "tiny", "i", "kit-tiny-1", "hung", 4, rests_on="stacks and counters (...)", evidence_complete=True
+    )
+    assert keep_reason(confirmed) is None
+    unconfirmed = UpResult(
+        "tiny",
+        "i",
+        "kit-tiny-1",
+        "hung",
+        4,
+        rests_on="counters only (stacks unreadable: x)",
+        evidence_complete=False,
+    )
+    assert keep_reason(unconfirmed) == (
+        "the evidence is not complete (counters only (stacks unreadable: x)): the server is left running to "
+        "look at; `kit down kit-tiny-1` removes it"
+    )
+    paused = UpResult("tiny", "i", "kit-tiny-1", "hung", 4, paused=True, evidence_complete=False)
+    assert "never removed" in keep_reason(paused) and "`docker unpause kit-tiny-1`" in keep_reason(paused)
+    assert keep_reason(UpResult("tiny", "i", "kit-tiny-1", "crashed", 1)) is None
+    assert (launch_nodes(["--nnodes", "2"]), launch_nodes(["--nnodes=3"]), launch_nodes(["--tp", "4"])) == (
+        2,
+        3,
+        1,
+    )
+
+
+def test_a_paused_hang_and_a_first_failure_are_the_headline():
+    paused = UpResult("tiny", "i", "kit-tiny-1", "hung", 4, phase="warmup", quiet_for_s=20, paused=True)
+    assert verdict_lines(paused)[0] == (
+        "HUNG in warmup: the container is paused (docker pause): nothing in it ran for 20 s; "
+        "`docker unpause kit-tiny-1` resumes it"
+    )
+    oom = UpResult(
+        "tiny",
+        "i",
+        "c",
+        "crashed",
+        1,
+        phase="warmup",
+        exception="Connection closed by peer",
+        first_failure="TP1 (pid 7) was killed by the kernel's OOM killer first",
+        consequences=("TP0: RuntimeError: Connection closed by peer",),
+    )
+    lines = verdict_lines(oom)
+    assert lines[0] == "CRASHED in warmup: TP1 (pid 7) was killed by the kernel's OOM killer first"
+    assert lines[1:3] == [
+        "  then (consequences of the first failure, not causes):",
+        "    TP0: RuntimeError: Connection closed by peer",
+    ]

@@ -53,7 +53,7 @@ class ReplayedLog:
     def drain(self, timeout_s):
         return []
 
-    def stacks(self, want=lambda title: True):
+    def stacks(self, want=lambda title: True, *, nonblocking=False):
         return []
 
     def log_text(self) -> str:

@@ -1,0 +1,172 @@
+"""The watch reads the engine's state, the cgroup and the stacks on its own clock (kit/startup/watch.py):
+a paused container is said at once and its frozen compiler is no progress; stacks are sampled only
+while a stage is quiet, at most every 10 s; a working stack keeps a quiet start alive, idle stacks
+confirm a hang; a rank gone between two samples ends the start at once. Over the real 0.5.23
+rehearsal log, replayed up to the warm-up by a small source whose clock is the test's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from kit.logs import ActivitySample, Crashed, Hung, PhaseLimits
+from kit.logs.activity import CgroupReading
+from kit.runtime.source import ProcessStack, SourceState
+from kit.startup.watch import Watcher
+
+LOG = Path(__file__).resolve().parents[1] / "fixtures" / "kit-logs" / "sglang-0.5.23-cpu-tiny-tp2-ready.log"
+LINES = LOG.read_text(encoding="utf-8").splitlines()
+WARMUP = next(i for i, line in enumerate(LINES) if "Uvicorn running" in line) + 1
+STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
+COMPILE = (STACKS / "warmup-compile-TP0.txt").read_text()
+COLLECTIVE = (STACKS / "hang-collective-11.txt").read_text()
+WINDOW = 20.0
+
+
+class Server:
+    """The log up to the warm-up at t=0, then whatever the test sets: paused, a compiler alive, ranks'
+    stacks and states. Counts the stack dumps it was asked for."""
+
+    name = "kit-tiny-test"
+    started_at = 0.0
+    base_url = None
+
+    def __init__(self):
+        self.pending = [(0.0, line) for line in LINES[:WARMUP]]
+        self.now = 0.0
+        self.paused = False
+        self.compilers = 0  # what the counters see
+        self.children: tuple[str, ...] = ()  # compiler children the stacks' adapter names
+        self.stacks_text = {"TP0": COLLECTIVE, "TP1": COLLECTIVE}
+        self.states = {"TP0": "sleeping", "TP1": "sleeping"}
+        self.dumps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def read(self):
+        taken, self.pending = self.pending, []
+        return taken
+
+    def sample(self, t):
+        return ActivitySample(
+            t=t,
+            cpu_seconds=1.0,
+            read_bytes=0,
+            compilers=self.compilers,
+            rank_processes=tuple(
+                (rank, 100 + i, state) for i, (rank, state) in enumerate(sorted(self.states.items()))
+            ),
+            cgroup=CgroupReading(oom_kill=0, frozen=self.paused, where="freezer/docker/test"),
+        )
+
+    def state(self) -> SourceState:
+        return SourceState(running=True, paused=self.paused)
+
+    def drain(self, timeout_s):
+        return []
+
+    def stacks(self, want=lambda title: True, *, nonblocking=False):
+        assert nonblocking  # samples never suspend what they watch
+        self.dumps.append(self.now)
+        held = "frozen" if self.paused else None
+        return [
+            ProcessStack(
+                100 + i,
+                f"sglang::scheduler_{rank}",
+                text,
+                held or self.states[rank],
+                self.children,
+            )
+            for i, (rank, text) in enumerate(sorted(self.stacks_text.items()))
+        ]
+
+    def log_text(self) -> str:
+        return ""
+
+    def http_transport(self):
+        return None
+
+    def environment(self):
+        return {}
+
+
+def _limits() -> PhaseLimits:
+    base = PhaseLimits(expected_ranks=2)
+    return replace(base, stall_window_s=replace(base.stall_window_s, warmup=WINDOW))
+
+
+def watch(server: Server, until: float, change=None):
+    watcher = Watcher(server, _limits())
+    seen = []
+    while server.now < until:
+        if change is not None:
+            change(server)
+        progress, verdict = watcher.step()
+        seen.append(progress)
+        if verdict is not None:
+            return watcher, verdict, seen
+        server.sleep(0.5)
+    return watcher, None, seen
+
+
+def test_a_pause_is_said_within_one_sample_and_a_frozen_compiler_is_no_progress():
+    def pause_at_3(server: Server) -> None:
+        server.paused = server.now >= 3.0
+
+    server = Server()
+    server.compilers, server.children = 1, ("cc1plus",)
+    server.stacks_text = {"TP0": COMPILE, "TP1": COMPILE}
+    watcher, verdict, seen = watch(server, 60, pause_at_3)
+    said = next(p for p in seen if p.paused_since is not None)
+    assert said.now - 3.0 <= 2.5
+    assert isinstance(verdict, Hung)
+    assert verdict.quiet_for_s <= WINDOW + 5  # the last progress was the log's end at t=0
+    held = watcher.tracker.stack_samples[-1].ranks
+    assert {s.held for s in held} == {"frozen"} and not any(s.working for s in held)
+
+
+def test_stacks_are_sampled_only_while_quiet_and_at_most_every_10_s():
+    server = Server()
+    watch(server, 60)
+    assert server.dumps, "no stack was sampled"
+    assert server.dumps[0] >= WINDOW - 12.0  # the first 12 s before the window ends
+    assert all(b - a >= 10.0 for a, b in zip(server.dumps, server.dumps[1:], strict=False))
+
+
+def test_idle_stacks_in_two_samples_confirm_the_hang_within_the_window_and_5_s():
+    server = Server()
+    _, verdict, _ = watch(server, 60)
+    assert isinstance(verdict, Hung) and verdict.stacks_confirm, verdict
+    assert server.now <= WINDOW + 5
+    assert verdict.basis.startswith("every rank idle at the same place in two samples 10 s apart")
+
+
+def test_a_working_stack_keeps_a_quiet_start_alive_and_unreadable_stacks_leave_it_to_the_counters():
+    server = Server()  # the counters blind to the compiler (as to Triton's ptxas-blackwell)
+    server.children, server.stacks_text = ("cc1plus",), {"TP0": COMPILE, "TP1": COLLECTIVE}
+    _, verdict, seen = watch(server, 90)
+    assert verdict is None, verdict  # 90 s without a line: the compile's stack is its progress
+    working = [p.stacks for p in seen if p.stacks is not None]
+    assert working and working[-1].working()[0].describe().startswith(
+        "TP0 compiling: inductor compile, cc1plus"
+    )
+    server = Server()
+    server.stacks_text = {"TP0": "(py-spy dump failed: Permission denied)", "TP1": COLLECTIVE}
+    _, verdict, _ = watch(server, 60)
+    assert isinstance(verdict, Hung) and not verdict.stacks_confirm
+    assert verdict.basis.startswith("stacks unreadable: TP0: (py-spy dump failed: Permission denied)")
+
+
+def test_a_rank_gone_between_two_samples_ends_the_start_crashed_at_once():
+    def kill_tp1_at_5(server: Server) -> None:
+        if server.now >= 5.0:
+            server.states.pop("TP1", None)
+
+    server = Server()
+    _, verdict, _ = watch(server, 60, kill_tp1_at_5)
+    assert isinstance(verdict, Crashed) and verdict.rank == "TP1", verdict
+    assert server.now - 5.0 <= 2.5
