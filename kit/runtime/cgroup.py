@@ -1,4 +1,5 @@
-"""The server's cgroup as evidence: OOM kills, the freezer, CPU throttling; and the kernel's OOM lines.
+"""The server's cgroup as evidence: OOM kills, the freezer, CPU throttling. (The kernel's OOM lines
+come from kit/runtime/kernel_log.py.)
 
 A process's cgroup comes from /proc/PID/cgroup. On cgroup v2 (one unified tree) its folder holds
 memory.events (`oom`, `oom_kill`), cgroup.events (`frozen 1` while `docker pause` holds it) and
@@ -14,7 +15,6 @@ the last reading. Nothing here writes to a cgroup.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 from kit.logs.activity import CgroupReading
@@ -97,32 +97,3 @@ def read_cgroup(pid: int | None, proc: Path = Path("/proc"), root: Path = ROOT) 
     if oom_kill is None and frozen is None and throttled is None:
         return None
     return CgroupReading(oom=oom, oom_kill=oom_kill, frozen=frozen, throttled_s=throttled, where=where)
-
-
-def kernel_log(limit: int = 4000) -> tuple[tuple[str, ...], str | None]:
-    """The kernel's ring buffer (/dev/kmsg, read without blocking), at most its last `limit` records,
-    and why it could not be read (CAP_SYSLOG, kernel.dmesg_restrict) when it could not."""
-    try:
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        return (), f"the kernel log (/dev/kmsg) is not readable: {exc.strerror or exc} (needs CAP_SYSLOG)"
-    records: list[str] = []
-    try:
-        while True:
-            try:
-                raw = os.read(fd, 8192)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == 32:  # EPIPE: a record was overwritten while reading; go on
-                    continue
-                break
-            if not raw:
-                break
-            _, _, message = raw.decode("utf-8", "replace").partition(";")
-            records.append(message.split("\n", 1)[0])
-            if len(records) > limit:
-                del records[0]
-    finally:
-        os.close(fd)
-    return tuple(records), None

@@ -42,9 +42,10 @@ from kit.logs.stacks import rank_of_process
 from kit.proxyenv import env_from_list
 from kit.runtime import processes as procs
 from kit.runtime import server as runtime
-from kit.runtime.cgroup import kernel_log, read_cgroup
+from kit.runtime.cgroup import read_cgroup
 from kit.runtime.compile_cache import is_compiler
 from kit.runtime.engine import LABEL_RESTART
+from kit.runtime.kernel_log import KernelLog
 from kit.runtime.nvml import NvmlGpus
 from kit.runtime.processes import WriteMeter, processes, write_readings
 from kit.runtime.source import LineSplitter, ProcessStack, SourceState, read_gpu_usage, take_all
@@ -286,6 +287,7 @@ class DockerSource:
         # Every host pid seen in the container, named (a rank, "main" for the launcher, else its
         # name): the kernel's OOM lines name host pids, which outlive the container.
         self.pid_names: dict[int, str] = {}
+        self._kernel: KernelLog | None = None  # the kernel's log from the container's start, once asked
 
     def _started_at(self, mono_now: float) -> float:
         state = self.container.attrs.get("State") or {}
@@ -328,6 +330,8 @@ class DockerSource:
 
     def close(self) -> None:
         self._output.close()
+        if self._kernel is not None:
+            self._kernel.close()
 
     # -- counters and state -----------------------------------------------------------------------
 
@@ -432,10 +436,10 @@ class DockerSource:
         gpus = self.gpus
         if not isinstance(gpus, NvmlGpus) or gpus.kernel is not None:
             return
-        from kit.runtime.kernel_log import KernelLog
+        gpus.read_kernel_from(KernelLog(since_wall=self._started_wall()))
 
-        started_wall = time.time() - (time.monotonic() - self.started_at)
-        gpus.read_kernel_from(KernelLog(since_wall=started_wall))
+    def _started_wall(self) -> float:
+        return time.time() - (time.monotonic() - self.started_at)
 
     def _replacement(self) -> Container | None:
         """A new container under the watched name (its supervisor started it again), if there is one."""
@@ -524,8 +528,11 @@ class DockerSource:
         return found
 
     def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
-        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
-        return kernel_log()
+        """The kernel's lines since the container's start (its OOM lines name the server's
+        processes), or why it cannot be read (kit/runtime/kernel_log.py)."""
+        if self._kernel is None:
+            self._kernel = KernelLog(since_wall=self._started_wall())
+        return self._kernel.kept()
 
     @property
     def base_url(self) -> str | None:

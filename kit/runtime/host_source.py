@@ -32,8 +32,8 @@ import psutil
 from kit.errors import EnvironmentProblem, InputError
 from kit.logs import ActivitySample
 from kit.runtime import processes as procs
-from kit.runtime.cgroup import kernel_log
 from kit.runtime.journal import JournalFollower, journal_argv
+from kit.runtime.kernel_log import KernelLog
 from kit.runtime.logfile import FileFollower
 from kit.runtime.nvml import NvmlGpus
 from kit.runtime.source import ProcessStack, SourceState
@@ -217,6 +217,7 @@ class HostSource:
         self.notes: list[str] = [f"output from {log.where}"]
         self._writes = procs.WriteMeter()
         self._writes_note_given = False
+        self._kernel: KernelLog | None = None  # the kernel's log from the server's start, once asked
 
     @classmethod
     def for_pid(cls, pid: int, *, log: str | None = None, gpus=None, base_url=None) -> HostSource:
@@ -260,6 +261,8 @@ class HostSource:
 
     def close(self) -> None:
         self.log.close()
+        if self._kernel is not None:
+            self._kernel.close()
 
     # -- counters and state -----------------------------------------------------------------------
 
@@ -319,8 +322,11 @@ class HostSource:
         return found
 
     def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
-        """The kernel's ring buffer (its OOM lines name the server's processes), or why unreadable."""
-        return kernel_log()
+        """The kernel's lines since the server's start (its OOM lines name the server's processes),
+        or why it cannot be read (kit/runtime/kernel_log.py)."""
+        if self._kernel is None:
+            self._kernel = KernelLog(since_wall=self.where.started_wall)
+        return self._kernel.kept()
 
     @property
     def base_url(self) -> str | None:

@@ -1,4 +1,8 @@
-"""The kernel's log, for the Xid lines the NVIDIA driver writes there (`NVRM: Xid (PCI:...): N, ...`).
+"""The kernel's log: the Xid lines the NVIDIA driver writes there (`NVRM: Xid (PCI:...): N, ...`) and
+the OOM killer's lines (`Memory cgroup out of memory: Killed process N (...)`). The one reader of
+it: NVML's Xid reading (kit/runtime/nvml.py) and the verdict's evidence (kit/logs/evidence.py
+`kernel_findings`, through the sources' `kernel_log()`) each hold their own reader, from the
+server's start on.
 
 NVML's Xid events (kit/runtime/nvml.py) are recorded only from the moment a reader registers for
 them (NVML API reference, Event Handling Methods: nvmlDeviceRegisterEvents): a watch that attaches to
@@ -18,6 +22,7 @@ unknown. A regular file in kmsg's format (recorded lines) reads the same way, fo
     log = KernelLog(since_wall=started)      # the server's start
     log.read()   -> [(wall seconds, text), ...]   new lines since the last read
     log.note     -> "/dev/kmsg from 12:03:04" | "the kernel log cannot be read here: ..."
+    log.kept()   -> ((text, ...), None | why unreadable)   every line so far (the last KEEP_LINES)
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections import deque
 
 import psutil
 
@@ -36,6 +42,7 @@ from kit.runtime.journal import parse_entry
 
 KMSG = "/dev/kmsg"
 _MAX_RECORDS_PER_READ = 20000  # the ring holds a few MB; a read never loops forever on a flood
+KEEP_LINES = 4000  # what `kept()` holds: the ring's last few thousand records, as dmesg shows
 
 
 def parse_kmsg(record: str, boot_wall: float) -> tuple[float, str] | None:
@@ -73,6 +80,7 @@ class KernelLog:
         self._how: str | None = None
         self.note = "the kernel log not read yet"
         self._boot_wall = psutil.boot_time()
+        self._kept: deque[str] = deque(maxlen=KEEP_LINES)
 
     def _since(self) -> str:
         return time.strftime("%H:%M:%S", time.localtime(self.since_wall)) if self.since_wall else "boot"
@@ -94,8 +102,8 @@ class KernelLog:
         self._how = "none"
         self.note = (
             f"the kernel log cannot be read here ({refused}; journalctl --dmesg "
-            f"{'refused' if self._journal else 'not installed'}): Xids before NVML's registration are "
-            "unknown (run as root, or in the systemd-journal group)"
+            f"{'refused' if self._journal else 'not installed'}): its OOM kills and the Xids before "
+            "NVML's registration are unknown (needs CAP_SYSLOG: run as root, or in the systemd-journal group)"
         )
 
     def _journal_works(self) -> bool:
@@ -118,6 +126,13 @@ class KernelLog:
         if self._how == "journal":
             return self._read_journal()
         return []
+
+    def kept(self) -> tuple[tuple[str, ...], str | None]:
+        """Every line read so far (the last KEEP_LINES), the new ones read now, and why the log
+        cannot be read where it cannot (None where it can): for each verdict's evidence, so a line
+        read for an earlier verdict is not lost to a later one."""
+        self._kept.extend(text for _, text in self.read())
+        return tuple(self._kept), (self.note if self._how == "none" else None)
 
     def _read_kmsg(self) -> list[tuple[float, str]]:
         assert self._fd is not None

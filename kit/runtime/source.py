@@ -6,8 +6,9 @@ Three implementations drive the same Watcher, tracker and verdict code:
     kit.runtime.host_source.HostSource       host processes: a systemd unit or a PID (kit watch --unit/--pid)
     kit.scenarios.replay.ReplaySource        a scenario replayed on its own clock (GPU-shaped start-ups)
 
-A source over real processes (docker, host) also answers `kernel_log()`: the kernel's ring buffer,
-whose OOM lines name the processes it killed; a replay has none.
+A source over real processes (docker, host) also answers `kernel_log()`: the kernel's lines since
+the server's start (kit/runtime/kernel_log.py: /dev/kmsg, else `journalctl --dmesg`), whose OOM lines
+name the processes it killed, or why they cannot be read; a replay has none.
 
 A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
 cumulative activity counters of the server's processes (CPU seconds, disk bytes read, network bytes
