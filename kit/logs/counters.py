@@ -5,6 +5,9 @@ A counter the host hides (another user's /proc/PID/io without ptrace, a process 
 PID namespace, no NVML) is unknown, never zero: a verdict resting on it says so. Where the
 processes' own write counters are unreadable the Docker source falls back on the container's
 cgroup (the engine's block-I/O write bytes), and the row names it (`writes via cgroup`).
+
+A HUNG rests on the counters only as far as they could be read: `unread_for_hang` names the ones it
+needs (HANG_NEEDS) that this host hid, and `kit up` removes a hung server only when there are none.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ _WRITES_VIA = {
     "proc": "/proc/PID/io",
     "cgroup": "the container's cgroup block-I/O writes; /proc/PID/io unreadable",
 }
+
+
+# What a HUNG needs to have read to say "nothing moved": every counter the watch counts as progress
+# (kit/logs/activity.py what_moved: disk reads, network, GPU memory, compile writes and compilers,
+# CPU) and the ranks' processes (a rank stopped or frozen, a rank that exited). GPU memory only where
+# the run has a GPU: a CPU run has none to move.
+HANG_NEEDS = ("cpu", "disk reads", "network", "writes", "compilers", "ranks' processes")
 
 
 @dataclass(frozen=True)
@@ -53,3 +63,12 @@ def readable_counters(sample: ActivitySample) -> Readable:
     # The process tree under the server: per-rank CPU and each rank's state come with it.
     put("ranks' processes", sample.rank_processes is not None)
     return Readable(tuple(read), tuple(unread))
+
+
+def unread_for_hang(readable: Readable | None, *, gpu: bool) -> tuple[str, ...]:
+    """The counters a HUNG needs (HANG_NEEDS, and GPU memory where the run has a GPU) that could not
+    be read; ("every counter: no sample was taken",) without a sample."""
+    if readable is None:
+        return ("every counter: no sample was taken",)
+    needed = (*HANG_NEEDS, "gpu memory") if gpu else HANG_NEEDS
+    return tuple(name for name in readable.unread if name.split(" (")[0] in needed)

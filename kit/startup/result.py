@@ -278,6 +278,20 @@ def evidence_for(
     )
 
 
+def hang_basis(verdict: Hung, unread: tuple[str, ...], seen: Seen) -> tuple[str, bool]:
+    """What a HUNG rests on, in words, and whether that is complete enough for `kit up` to remove
+    the server: the stacks confirm it (every rank idle at the same place in two samples), the
+    counters it needs were readable (`unread`: those that were not, kit/logs/counters.py
+    `unread_for_hang`) and the container is not paused."""
+    if verdict.stacks_confirm:
+        rests_on = f"stacks and counters ({verdict.basis})"
+    else:
+        rests_on = f"counters only ({verdict.basis})" if verdict.basis else "counters only"
+    if unread:
+        rests_on += f"; counters not readable here: {', '.join(unread)}"
+    return rests_on, verdict.stacks_confirm and not unread and seen.paused_for_s is None
+
+
 def causes_for(
     verdict: Verdict,
     tracker: Tracker,

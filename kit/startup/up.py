@@ -13,7 +13,7 @@ from kit.errors import CheckFailed, ExitCode, KitError
 from kit.launch import api_key_from_env
 from kit.logs import Crashed, Deadline, Hung, PhaseLimits, Ready, Verdict
 from kit.logs.activity import SampleHistory, series_rows
-from kit.logs.counters import readable_counters
+from kit.logs.counters import readable_counters, unread_for_hang
 from kit.logs.stacks import STACK_EVERY_S, RankStack, explain_hang
 from kit.output import jsonable
 from kit.runtime import server as runtime
@@ -32,6 +32,7 @@ from kit.startup.result import (
     evidence_for,
     explain_ranks,
     failure_story,
+    hang_basis,
     rank_rows,
     run_facts,
     span_rows,
@@ -80,12 +81,6 @@ def seen_by(watcher: Watcher, now: float, container: str) -> Seen:
     )
 
 
-def counters_readable(watcher: Watcher) -> bool:
-    """The counters the verdict rests on could be read: a sample with the server's CPU time."""
-    sample = watcher.last_sample
-    return sample is not None and sample.cpu_seconds is not None
-
-
 def with_upstream(result: UpResult, source: Source, watcher: Watcher) -> tuple[UpResult, dict[str, str]]:
     """A verdict other than READY with the upstream tools' word (kit/runtime/upstream.py): SGLang's
     soft watchdog from the log, NCCL RAS and the flight recorder asked where the server still runs;
@@ -118,6 +113,7 @@ def _result(
         verdict, tracker, stacks, facts, seen, extra.get("gpus"), watcher.environment_evidence()
     )
     first, consequences = failure_story(verdict, tracker, record)
+    readable = None if tracker.last_sample is None else readable_counters(tracker.last_sample)
     fields: dict = {
         "target": spec_target,
         "image": image,
@@ -148,28 +144,21 @@ def _result(
         "gpu_error": tracker.gpu_error,
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
         "container_gone": bool(watcher.final_state is not None and watcher.final_state.gone),
-        "counters": None if tracker.last_sample is None else readable_counters(tracker.last_sample).as_dict(),
+        "counters": None if readable is None else readable.as_dict(),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
     if isinstance(verdict, Ready):
         fields["startup_s"] = round(verdict.at - tracker.started_at, 2)
     elif isinstance(verdict, Hung):
-        readable = counters_readable(watcher)
-        rests_on = (
-            f"stacks and counters ({verdict.basis})"
-            if verdict.stacks_confirm
-            else (f"counters only ({verdict.basis})" if verdict.basis else "counters only")
-        )
-        if not readable:
-            rests_on += "; the counters could not be read either"
+        rests_on, complete = hang_basis(verdict, unread_for_hang(readable, gpu=bool(facts.gpu)), seen)
         fields.update(
             quiet_for_s=round(verdict.quiet_for_s, 1),
             stuck_ranks=verdict.stuck_ranks,
             evidence=verdict.evidence,
             limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
             rests_on=rests_on,
-            evidence_complete=verdict.stacks_confirm and readable and seen.paused_for_s is None,
+            evidence_complete=complete,
         )
     elif isinstance(verdict, Deadline):
         given = tracker.stage in tracker.limits.deadlines_given

@@ -196,6 +196,33 @@ def test_kit_up_keeps_a_paused_server_and_a_hang_the_stacks_did_not_confirm_and_
     )
 
 
+def test_a_hang_is_complete_only_with_the_stacks_and_every_counter_it_needs():
+    """kit up removes a HUNG server only when the stacks confirm it and the counters that could have
+    shown progress were read: a host hiding the writes (no ptrace) or the compilers keeps it, though
+    the CPU time was there (the rule before); a CPU run needs no GPU memory, a GPU run does."""
+    from kit.logs import ActivitySample
+    from kit.logs.counters import readable_counters, unread_for_hang
+    from kit.startup.result import Seen, hang_basis
+
+    hung = Hung(None, (), (), (), 30.0, stacks_confirm=True, basis="every rank idle ...")
+    running = (("TP0", 11, "sleeping"),)
+    every = dict(cpu_seconds=1.0, read_bytes=0, net_rx_bytes=0, compile_bytes=0, compilers=0)
+    cpu_run = readable_counters(ActivitySample(0.0, **every, rank_processes=running))
+    seen = Seen("kit-tiny-1")
+    assert hang_basis(hung, unread_for_hang(cpu_run, gpu=False), seen) == (
+        "stacks and counters (every rank idle ...)",
+        True,
+    )
+    no_writes = readable_counters(
+        ActivitySample(0.0, **{**every, "compile_bytes": None, "compilers": None}, rank_processes=running)
+    )
+    rests_on, complete = hang_basis(hung, unread_for_hang(no_writes, gpu=False), seen)
+    assert not complete and rests_on.endswith("; counters not readable here: writes, compilers")
+    assert unread_for_hang(cpu_run, gpu=True) == ("gpu memory",)
+    assert unread_for_hang(None, gpu=False) == ("every counter: no sample was taken",)
+    assert hang_basis(hung, (), Seen("kit-tiny-1", paused_for_s=3.0))[1] is False
+
+
 def test_a_paused_hang_and_a_first_failure_are_the_headline():
     paused = UpResult("tiny", "i", "kit-tiny-1", "hung", 4, phase="warmup", quiet_for_s=20, paused=True)
     assert verdict_lines(paused)[0] == (
