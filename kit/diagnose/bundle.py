@@ -54,7 +54,8 @@ MAX_MEMBERS = 512
 REQUIRED = ("bundle.json", "summary.md", "fingerprint.json", "result.json", "log/server.log")
 _OPTIONAL = ("startup.svg", "lock.txt")
 _PER_RANK = re.compile(r"(?:stacks|log/tails)/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.txt")
-_FOLDERS = {"log", "stacks", "log/tails"}
+_UPSTREAM = re.compile(r"upstream/[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # safe_stem's names
+_FOLDERS = {"log", "stacks", "log/tails", "upstream"}
 _STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FIX_DAMAGED = "copy the whole file again, or make it again with 'kit bundle create'"
 _FIX_FOREIGN = "give a .tar.gz made by 'kit bundle create'"
@@ -489,7 +490,8 @@ def read_bundle(path: str | Path) -> Bundle:
                         f"member '{_shown(member.name)}' is a link or device: not a kit bundle",
                         _FIX_FOREIGN,
                     )
-                if rel not in REQUIRED and rel not in _OPTIONAL and not _PER_RANK.fullmatch(rel):
+                known = rel in REQUIRED or rel in _OPTIONAL
+                if not (known or _PER_RANK.fullmatch(rel) or _UPSTREAM.fullmatch(rel)):
                     raise _bad(
                         path, f"foreign member '{_shown(member.name)}': not a kit bundle", _FIX_FOREIGN
                     )

@@ -56,6 +56,16 @@ KEYS: Mapping[str, str] = {
     "stack-spinning": "a rank's stack spins in a CUDA synchronize",
     "stack-planted": "a rank's stack sits in the rehearsal image's planted fault",
     "stack-unreadable": "no stack could be read",
+    # The upstream tools' word (UpstreamWord.key): kit/logs/ras.py, flight_recorder.py, soft_watchdog.py.
+    "ras-rank-missing": "NCCL RAS: a rank never launched a collective the others launched, fell behind, "
+    "or is missing from its communicator (unresponsive, dead)",
+    "ras-all-entered": "NCCL RAS: every rank launched the same last collective and none launched another "
+    "between two snapshots: all entered it, none finished (the transport stalled)",
+    "fr-rank-missing": "PyTorch's flight recorder (fr_trace): a rank never joined a collective the "
+    "others joined",
+    "fr-all-entered": "PyTorch's flight recorder (fr_trace): every rank entered a collective, none "
+    "completed it",
+    "soft-watchdog": "SGLang's soft watchdog fired: a scheduler made no forward progress for its timeout",
 }
 # How much a raised key weighs in the ranking (1 unless listed): the engine's, the cgroup's and the
 # kernel's word about memory and freezing names the cause itself, where a bare signal or SGLang's
@@ -109,9 +119,12 @@ class Finding:
     t: float | None = None  # when first seen, on the watch's clock (None: not known)
 
 
+UPSTREAM_SOURCES = ("nccl-ras", "flight-recorder", "sglang-watchdog")
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamWord:
-    source: str  # nccl-ras, flight-recorder, sglang-watchdog
+    source: str  # one of UPSTREAM_SOURCES
     line: str
     key: str | None = None  # one of KEYS, when the word raises causes
 
@@ -142,11 +155,12 @@ class Evidence:
         return {key: tuple(lines) for key, lines in found.items()}
 
     def lines(self) -> tuple[str, ...]:
-        """Every finding and upstream word, as people read them."""
+        """Every finding and every upstream word that raises causes, as people read them (the
+        upstream tools' other lines, "not asked" and the like, are the result's `upstream`)."""
         seen: list[str] = []
         for line in (
             *(f.line for f in self.findings),
-            *(f"{w.source}: {w.line}" for w in self.upstream),
+            *(f"{w.source}: {w.line}" for w in self.upstream if w.key),
         ):
             if line not in seen:
                 seen.append(line)

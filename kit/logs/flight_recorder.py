@@ -30,7 +30,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kit.logs.evidence import UpstreamWord
+
 SEES = "it sees c10d collectives, not pynccl's, CUDA-graph replays or the custom all-reduce"
+SOURCE = "flight-recorder"
+MISSING, ALL_ENTERED = "fr-rank-missing", "fr-all-entered"  # evidence keys (kit/logs/evidence.py KEYS)
 
 _BLOCK = re.compile(r"^(?P<message>[A-Z][^:]*?),? sequence number: (?P<seq>\d+)\s*$")
 _FIELD = re.compile(r"^(?P<key>[a-z][a-z ]+): ?(?P<value>.*)$")
@@ -84,27 +88,33 @@ class FlightRecorderReport:
     skipped: str | None = None  # no dump was taken, and why
 
     def lines(self) -> tuple[str, ...]:
+        return tuple(f"flight recorder: {word.line}" for word in self.words())
+
+    def words(self) -> tuple[UpstreamWord, ...]:
+        """Each line with the evidence key it raises: a rank that never joined (MISSING), every rank
+        in a collective none completed (ALL_ENTERED); the rest raise nothing."""
         if self.skipped:
-            return (f"flight recorder: no dump ({self.skipped})",)
+            return (UpstreamWord(SOURCE, f"no dump ({self.skipped})"),)
         if self.failed:
-            return (f"flight recorder: fr_trace could not analyse the dumps: {self.failed}",)
-        out = [f"flight recorder: {u.line()}" for u in self.unjoined]
+            return (UpstreamWord(SOURCE, f"fr_trace could not analyse the dumps: {self.failed}"),)
+        out = [UpstreamWord(SOURCE, u.line(), MISSING if u.missing else None) for u in self.unjoined]
         waiting = [m for m in self.matched if m.state in ("started", "scheduled")]
         for m in waiting:
             ranks = ", ".join(map(str, m.ranks))
-            out.append(
-                f"flight recorder: every rank ({ranks}) entered {m.collective} #{m.seq} "
+            line = (
+                f"every rank ({ranks}) entered {m.collective} #{m.seq} "
                 f"(group {m.group}) and none completed it (state {m.state})"
             )
+            out.append(UpstreamWord(SOURCE, line, ALL_ENTERED))
         if not out and self.matched:
             last = self.matched[-1]
-            out.append(
-                "flight recorder: every recorded collective completed on every rank "
-                f"(the last: {last.collective} #{last.seq})"
+            line = (
+                f"every recorded collective completed on every rank (the last: {last.collective} #{last.seq})"
             )
+            out.append(UpstreamWord(SOURCE, line))
         elif not out:
-            out.append("flight recorder: fr_trace found no collective that a rank missed")
-        out.append(f"flight recorder: {SEES}")
+            out.append(UpstreamWord(SOURCE, "fr_trace found no collective that a rank missed"))
+        out.append(UpstreamWord(SOURCE, SEES))
         return tuple(out)
 
 

@@ -29,6 +29,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from kit.logs.evidence import UpstreamWord
+
 OPS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 """NCCL's collective operations as RAS names them (ncclFuncStr, src/init.cc at v2.28.7-1)."""
 
@@ -204,25 +206,34 @@ def parse_status(text: str) -> RasSnapshot:
     return parse_text(text)
 
 
+SOURCE = "nccl-ras"
+MISSING, ALL_ENTERED = "ras-rank-missing", "ras-all-entered"  # evidence keys (kit/logs/evidence.py KEYS)
+
+
 @dataclass(frozen=True)
 class RasFinding:
-    """What two RAS snapshots say about the hang (or why there are none)."""
+    """What two RAS snapshots say about the hang (or why there are none): each line with the
+    evidence key it raises (MISSING, ALL_ENTERED), or None where it raises nothing."""
 
-    lines_: tuple[str, ...] = ()
+    said: tuple[tuple[str, str | None], ...] = ()
     skipped: str | None = None
     snapshots: tuple[RasSnapshot, ...] = field(default=(), compare=False)
 
     def lines(self) -> tuple[str, ...]:
+        return tuple(f"NCCL RAS: {word.line}" for word in self.words())
+
+    def words(self) -> tuple[UpstreamWord, ...]:
         if self.skipped:
-            return (f"NCCL RAS: not asked ({self.skipped})",)
-        return tuple(f"NCCL RAS: {line}" for line in self.lines_)
+            return (UpstreamWord(SOURCE, f"not asked ({self.skipped})"),)
+        return tuple(UpstreamWord(SOURCE, line, key) for line, key in self.said)
 
 
-def _op_lines(comm: RasComm, before: RasComm | None, seconds: float) -> list[str]:
+def _op_lines(comm: RasComm, before: RasComm | None, seconds: float) -> list[tuple[str, str | None]]:
     """Per operation: still moving, or ranks behind the others; the operations every rank launched
     equally and that stood still go into one line (RAS counts launches, so which of them came last
-    is not known: the stacks and the flight recorder say that)."""
-    out, level, ranks = [], [], 0
+    is not known: the stacks and the flight recorder say that). Each line with its evidence key."""
+    out: list[tuple[str, str | None]] = []
+    level, ranks = [], 0
     for op in OPS:
         now = comm.counts(op)
         top = max([*now.values(), dict(comm.groups).get(op, 0)])
@@ -230,52 +241,62 @@ def _op_lines(comm: RasComm, before: RasComm | None, seconds: float) -> list[str
             continue
         then = before.counts(op) if before is not None else {}
         if then and any(now.get(rank) != then.get(rank) for rank in now):
-            out.append(f"{op} still moves: up to #{top} now, {seconds:.0f} s after the first snapshot")
+            out.append(
+                (f"{op} still moves: up to #{top} now, {seconds:.0f} s after the first snapshot", None)
+            )
             continue
         behind = {rank: n for rank, n in now.items() if n < top}
         for rank, n in sorted(behind.items()):
             if n == 0:
-                out.append(f"rank {rank} never launched {op} (the others launched it up to #{top})")
-            else:
                 out.append(
+                    (f"rank {rank} never launched {op} (the others launched it up to #{top})", MISSING)
+                )
+            else:
+                line = (
                     f"rank {rank} launched {op} only up to #{n}, the others #{top}: it never joined #{n + 1}"
                 )
+                out.append((line, MISSING))
         if not behind:
             level.append((top, op))
             ranks = len(now)
     if level and not out:  # nothing moved and no rank behind: all stand in the same place
         ops = ", ".join(f"{op} #{n}" for n, op in sorted(level, reverse=True))
         still = f"none launched another in {seconds:.0f} s" if before is not None else "one snapshot"
-        out.insert(
-            0,
+        line = (
             f"all {ranks} ranks launched {ops} and {still}: "
-            "every rank entered its last collective, none finished",
+            "every rank entered its last collective, none finished"
         )
+        # One snapshot cannot tell a stall from a collective in flight: the line, no key.
+        out.insert(0, (line, ALL_ENTERED if before is not None else None))
     return out
 
 
 def compare(first: RasSnapshot, second: RasSnapshot, seconds: float) -> RasFinding:
     """Findings from two snapshots SECONDS apart (the second is the newer)."""
-    lines: list[str] = []
+    said: list[tuple[str, str | None]] = []
     earlier = {c.hash: c for c in first.comms}
     for comm in second.comms:
         for rank in comm.ranks:
             if rank.missing is not None:
-                lines.append(f"{rank.describe()} is missing from communicator {comm.hash}: {rank.missing}")
-        lines += _op_lines(comm, earlier.get(comm.hash), seconds)
-    lines += [f"process {who} is considered dead by RAS" for who in second.dead]
-    if not lines:
-        lines.append(
-            "every rank answered and no communicator shows a missing rank or a count mismatch"
-            + (
-                ""
-                if second.complete
-                else " (text format: equal counts are not printed; NCCL >= 2.28.7 says more)"
+                line = f"{rank.describe()} is missing from communicator {comm.hash}: {rank.missing}"
+                said.append((line, MISSING))
+        said += _op_lines(comm, earlier.get(comm.hash), seconds)
+    said += [(f"process {who} is considered dead by RAS", MISSING) for who in second.dead]
+    if not said:
+        said.append(
+            (
+                "every rank answered and no communicator shows a missing rank or a count mismatch"
+                + (
+                    ""
+                    if second.complete
+                    else " (text format: equal counts are not printed; NCCL >= 2.28.7 says more)"
+                ),
+                None,
             )
         )
     version = f" (NCCL {second.version})" if second.version else ""
-    lines[0] = lines[0] + version
-    return RasFinding(tuple(lines), snapshots=(first, second))
+    said[0] = (said[0][0] + version, said[0][1])
+    return RasFinding(tuple(said), snapshots=(first, second))
 
 
 def skipped(reason: str) -> RasFinding:

@@ -33,7 +33,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kit.logs.evidence import UpstreamWord
 from kit.logs.stacks import main_thread_frames, rank_of_process
+
+SOURCE = "sglang-watchdog"
+KEY = "soft-watchdog"  # the evidence key its firing raises (kit/logs/evidence.py KEYS)
 
 TIMEOUT = re.compile(
     r"(?P<name>\w+) watchdog timeout "
@@ -108,15 +112,21 @@ class SoftWatchdogReader:
 
     def lines(self) -> tuple[str, ...]:
         """Evidence for a verdict: how often it fired and where each rank's dump found it."""
+        return tuple(word.line for word in self.words())
+
+    def words(self) -> tuple[UpstreamWord, ...]:
+        """The same lines as the evidence record holds them: the firing itself raises KEY (SGLang's
+        own word that a scheduler stood still), the dumps' places and failures are its detail."""
         if not (self.timeouts or self.dumps or self.failed):
             return ()
         found = TIMEOUT.search(self.timeouts[-1]) if self.timeouts else None
         after = f" after {float(found['timeout']):.0f} s without progress" if found else ""
-        out = [f"SGLang's soft watchdog fired {len(self.timeouts)} time(s){after}"]
+        head = f"SGLang's soft watchdog fired {len(self.timeouts)} time(s){after}"
+        out = [UpstreamWord(SOURCE, head, KEY if self.timeouts else None)]
         latest: dict[str, Dump] = {}
         for dump in self.dumps:
             latest[dump.rank or dump.watchdog or "the main process"] = dump
         for who, dump in sorted(latest.items()):
-            out.append(f"  its py-spy dump of {who} (pid {dump.pid}): {dump.where()}")
-        out += [f"  {line}" for line in self.failed[-2:]]
+            out.append(UpstreamWord(SOURCE, f"  its py-spy dump of {who} (pid {dump.pid}): {dump.where()}"))
+        out += [UpstreamWord(SOURCE, f"  {line}") for line in self.failed[-2:]]
         return tuple(out)

@@ -2,12 +2,14 @@
 recorder, SGLang's soft watchdog. The adapter; the readers are pure (kit/logs/ras.py,
 kit/logs/flight_recorder.py, kit/logs/soft_watchdog.py).
 
-`gather(source, soft_watchdog)` runs kit/runtime/upstream_probe.py with the server's own Python
-where the server's namespaces are: in its container (`docker exec`: the container's network
-namespace, where NCCL's RAS listens on 127.0.0.1:28028, and its torch for fr_trace), or for a host
-process with its interpreter. It asks RAS twice, RAS_GAP_S apart, only where a process has NCCL
-mapped, and asks every NCCL rank for a flight-recorder dump through its pipe; elsewhere (the CPU
-rehearsal: gloo; a replayed scenario; a server that exited) each is skipped with the reason.
+`gather(source, soft_watchdog)`, once per verdict and before its causes are ranked (its `words()` go
+into the evidence record: kit/logs/evidence.py `UpstreamWord`), runs kit/runtime/upstream_probe.py
+with the server's own Python where the server's namespaces are: in its container (`docker exec`: the
+container's network namespace, where NCCL's RAS listens on 127.0.0.1:28028, and its torch for
+fr_trace), or for a host process with its interpreter. It asks RAS twice, RAS_GAP_S apart, only
+where a process has NCCL mapped, and asks every NCCL rank for a flight-recorder dump through its
+pipe; elsewhere (the CPU rehearsal: gloo; a replayed scenario; a server that exited) each is skipped
+with the reason.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from docker.errors import DockerException
 from requests import RequestException
 
+from kit.logs.evidence import UpstreamWord
 from kit.logs.flight_recorder import FlightRecorderReport, parse_report
 from kit.logs.flight_recorder import skipped as fr_skipped
 from kit.logs.ras import RasFinding, compare, parse_status
@@ -39,22 +42,26 @@ _TIMEOUT_S = 180
 @dataclass(frozen=True)
 class UpstreamEvidence:
     """What NCCL RAS, the flight recorder and SGLang's soft watchdog said (or why they were not
-    asked), as evidence lines, and their raw answers for the bundle (upstream/NAME)."""
+    asked), as the evidence record's words and as lines, and their raw answers for the bundle
+    (upstream/NAME)."""
 
     ras: RasFinding
     flight_recorder: FlightRecorderReport
-    soft_watchdog: tuple[str, ...] = ()
+    soft_watchdog: tuple[UpstreamWord, ...] = ()
     files: dict[str, str] = field(default_factory=dict)
 
+    def words(self) -> tuple[UpstreamWord, ...]:
+        return (*self.soft_watchdog, *self.ras.words(), *self.flight_recorder.words())
+
     def lines(self) -> tuple[str, ...]:
-        return (*self.soft_watchdog, *self.ras.lines(), *self.flight_recorder.lines())
+        return (*(w.line for w in self.soft_watchdog), *self.ras.lines(), *self.flight_recorder.lines())
 
 
-def _skipped(reason: str, soft_watchdog: tuple[str, ...]) -> UpstreamEvidence:
+def _skipped(reason: str, soft_watchdog: tuple[UpstreamWord, ...]) -> UpstreamEvidence:
     return UpstreamEvidence(ras_skipped(reason), fr_skipped(reason), soft_watchdog)
 
 
-def read_answer(answer: dict[str, Any], soft_watchdog: tuple[str, ...] = ()) -> UpstreamEvidence:
+def read_answer(answer: dict[str, Any], soft_watchdog: tuple[UpstreamWord, ...] = ()) -> UpstreamEvidence:
     """The probe's JSON into findings (pure; untrusted input: anything odd is a skip, not a raise)."""
     files: dict[str, str] = {}
     ras_part = answer.get("ras") if isinstance(answer.get("ras"), dict) else {}
@@ -142,8 +149,9 @@ def _runner(source: Any) -> tuple[Callable[[], str] | None, str | None]:
     return None, f"{getattr(source, 'name', 'this source')} is no live server"
 
 
-def gather(source: Any, soft_watchdog: tuple[str, ...] = ()) -> UpstreamEvidence:
-    """Ask RAS and the flight recorder where SOURCE's server runs; never raises for their sake."""
+def gather(source: Any, soft_watchdog: tuple[UpstreamWord, ...] = ()) -> UpstreamEvidence:
+    """Ask RAS and the flight recorder where SOURCE's server runs, beside SGLang's soft watchdog's
+    words read from its log; never raises for their sake."""
     run, why = _runner(source)
     if run is None:
         return _skipped(why or "no way to reach the server", soft_watchdog)

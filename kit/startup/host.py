@@ -25,7 +25,7 @@ from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.serving import OnChange, ServingLimits
-from kit.startup.up import _result, launch_nodes, serve_ready, verdict_stacks, with_upstream
+from kit.startup.up import _result, ask_upstream, launch_nodes, serve_ready, verdict_stacks
 from kit.startup.watch import Progress, Watcher
 
 
@@ -148,8 +148,9 @@ def run_watch_host(
         now = source.clock()
         stacks = verdict_stacks(watcher, now) if isinstance(verdict, (Hung, Deadline)) else {}
         nodes = launch_nodes(argv)
+        upstream = None if isinstance(verdict, Ready) else ask_upstream(source, watcher)
         result = _result(
-            target, image, source.name, verdict, watcher, now, stacks, device, nodes, gpus=inventory
+            target, image, source.name, verdict, watcher, now, stacks, device, nodes, upstream, gpus=inventory
         )
         if isinstance(verdict, Crashed):
             result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
@@ -160,9 +161,12 @@ def run_watch_host(
             result = dataclasses.replace(result, notes=(note, *result.notes))
         if isinstance(verdict, Ready) and first_token:
             result = _first_token(result, argv, limits)
+            if result.verdict == "failed":  # READY had no causes to rank: the upstream word alone
+                upstream = ask_upstream(source, watcher)
+                result = dataclasses.replace(result, upstream=upstream.lines())
         if serve is not None and result.verdict == "ready":
             facts = _launch_facts(argv)
-            result, stacks = serve_ready(
+            result, stacks, upstream = serve_ready(
                 result,
                 watcher,
                 spec,
@@ -174,7 +178,6 @@ def run_watch_host(
             )
             if result.serving and result.verdict == "crashed":
                 result = dataclasses.replace(result, exception=_ended_message(result.exception, source))
-        result, upstream = with_upstream(result, source, watcher)
         if result.verdict != "ready":
             pid = source.where.main_pid() or main
             recorded = record_run(
@@ -185,7 +188,7 @@ def run_watch_host(
                 stacks,
                 jsonable(result),
                 host=HostServer(pid, what.unit),
-                upstream=upstream,
+                upstream=upstream.files if upstream is not None else None,
             )
             result = dataclasses.replace(
                 result,

@@ -9,6 +9,7 @@ from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
 from kit.logs.activity import ActivitySummary, CgroupReading
 from kit.logs.causes import rank_causes
 from kit.logs.evidence import (
+    UPSTREAM_SOURCES,
     Evidence,
     Facts,
     Finding,
@@ -29,6 +30,7 @@ from kit.runtime.nvml import GpuInventory
 from kit.startup.overrun import DeadlineRow
 
 __all__ = ["CauseRow", "RankRow", "SpanRow", "rank_rows", "span_rows"]
+UPSTREAM_PREFIXES = tuple(f"{source}: " for source in UPSTREAM_SOURCES)
 
 
 @dataclass(frozen=True)
@@ -468,7 +470,9 @@ def verdict_lines(result: UpResult) -> list[str]:
         if row.state:
             held = f" {row.held}" if row.held else ""
             lines.append(f"  stack {row.rank}{held}: {row.state}: {row.what or row.kind} ({row.where[:100]})")
-    for line in result.direct_evidence[:6]:
+    # The upstream tools' lines are printed as their own block below.
+    seen = [line for line in result.direct_evidence if not line.startswith(UPSTREAM_PREFIXES)]
+    for line in seen[:6]:
         lines.append(f"  seen: {line[:200]}")
     if result.verdict in ("hung", "deadline", "crashed") and result.evidence:
         lines.append("  last lines:")

@@ -21,7 +21,7 @@ from kit.runtime.docker_source import DockerSource
 from kit.runtime.http import chat_first_token, server_startup_time
 from kit.runtime.nvml import GpuInventory, lost_note, open_nvml, read_inventory, xid_note
 from kit.runtime.source import Source
-from kit.runtime.upstream import gather
+from kit.runtime.upstream import UpstreamEvidence, gather
 from kit.spec import LaunchSpec
 from kit.startup.overrun import DeadlinePolicy, DeadlineRow
 from kit.startup.result import (
@@ -56,8 +56,9 @@ def verdict_stacks(watcher: Watcher, now: float) -> dict[str, RankStack]:
     return {stack.rank: stack for stack in last.ranks}
 
 
-def seen_by(watcher: Watcher, now: float, container: str) -> Seen:
-    """What the watch read besides the log, and the kernel's ring buffer read now (OOM lines)."""
+def seen_by(watcher: Watcher, now: float, container: str, upstream: UpstreamEvidence | None = None) -> Seen:
+    """What the watch read besides the log, the kernel's log read now (OOM lines), and the upstream
+    tools' word asked for this verdict (`ask_upstream`)."""
     state = watcher.final_state or watcher.last_state
     sample = watcher.last_sample
     # Only sources over real processes read the kernel's log (a replay's ranks are not the host's).
@@ -78,17 +79,15 @@ def seen_by(watcher: Watcher, now: float, container: str) -> Seen:
         child_exits=tuple(watcher.child_exits),
         kernel_lines=lines,
         kernel_note=note,
+        upstream=upstream.words() if upstream is not None else (),
     )
 
 
-def with_upstream(result: UpResult, source: Source, watcher: Watcher) -> tuple[UpResult, dict[str, str]]:
-    """A verdict other than READY with the upstream tools' word (kit/runtime/upstream.py): SGLang's
-    soft watchdog from the log, NCCL RAS and the flight recorder asked where the server still runs;
-    and their raw answers for the bundle."""
-    if result.verdict == "ready":
-        return result, {}
-    found = gather(source, watcher.soft_watchdog.lines())
-    return _replace(result, upstream=found.lines()), found.files
+def ask_upstream(source: Source, watcher: Watcher) -> UpstreamEvidence:
+    """The upstream tools' word on a verdict other than READY (kit/runtime/upstream.py), asked once,
+    before its causes are ranked: SGLang's soft watchdog from the log, NCCL RAS and the flight
+    recorder asked where the server still runs. Its raw answers (`files`) go into the bundle."""
+    return gather(source, watcher.soft_watchdog.words())
 
 
 def _result(
@@ -101,13 +100,16 @@ def _result(
     stacks: dict[str, RankStack],
     device: str,
     nodes: int | None = None,
+    upstream: UpstreamEvidence | None = None,
     **extra,
 ) -> UpResult:
+    """The result of VERDICT, its causes ranked over one evidence record: what the watch read, the
+    kernel's log, the stacks, and `upstream` (`ask_upstream`, None at READY)."""
     tracker = watcher.tracker
     explanation = explain_hang(stacks) if stacks else None
     waiting, missing = explain_ranks(verdict, explanation)
     environment = watcher.source.environment()
-    seen = seen_by(watcher, now, container_name)
+    seen = seen_by(watcher, now, container_name, upstream)
     facts = run_facts(tracker, device, environment, nodes)
     record = evidence_for(
         verdict, tracker, stacks, facts, seen, extra.get("gpus"), watcher.environment_evidence()
@@ -145,6 +147,7 @@ def _result(
         "never_seen_ranks": tuple(rank.key for rank in tracker.never_seen()),
         "container_gone": bool(watcher.final_state is not None and watcher.final_state.gone),
         "counters": None if readable is None else readable.as_dict(),
+        "upstream": () if upstream is None else upstream.lines(),
     }
     starts = [span.start for span in tracker.timeline]
     fields["launch_s"] = round((min(starts) if starts else now) - tracker.started_at, 2)
@@ -232,6 +235,7 @@ def follow_source(
     if isinstance(verdict, (Hung, Deadline)):
         stacks = verdict_stacks(watcher, now)
     nodes = launch_nodes(spec.argv)
+    upstream = None if isinstance(verdict, Ready) else ask_upstream(source, watcher)
     result = _result(
         spec.target,
         spec.image,
@@ -242,6 +246,7 @@ def follow_source(
         stacks,
         spec.device,
         nodes,
+        upstream,
         gpus=inventory,
     )
     if isinstance(verdict, Ready) and source.base_url:
@@ -264,11 +269,16 @@ def follow_source(
                 reply=token.text or token.reasoning,
             )
         except CheckFailed as exc:
+            upstream = ask_upstream(source, watcher)  # READY had no causes to rank: its word alone
             result = _replace(
-                result, verdict="failed", exit_code=int(ExitCode.FAILED), exception=exc.one_line()
+                result,
+                verdict="failed",
+                exit_code=int(ExitCode.FAILED),
+                exception=exc.one_line(),
+                upstream=upstream.lines(),
             )
     if serve is not None and result.verdict == "ready":
-        result, stacks = serve_ready(
+        result, stacks, upstream = serve_ready(
             result,
             watcher,
             spec,
@@ -280,10 +290,10 @@ def follow_source(
             history=history,
         )
     result = _replace(result, activity_series=series_rows(history.samples, watcher.tracker.started_at))
-    result, upstream = with_upstream(result, source, watcher)
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
-        recorded = record_run(session, source, spec, limits, stacks, jsonable(result), upstream=upstream)
+        files = upstream.files if upstream is not None else None
+        recorded = record_run(session, source, spec, limits, stacks, jsonable(result), upstream=files)
         result = _replace(
             result,
             diagnostics=str(recorded.folder),
@@ -304,10 +314,10 @@ def serve_ready(
     base_url: str | None,
     api_key: str | None,
     history: SampleHistory | None = None,
-) -> tuple[UpResult, dict[str, RankStack]]:
+) -> tuple[UpResult, dict[str, RankStack], UpstreamEvidence | None]:
     """Watch a READY server at BASE_URL (with its API key) while it serves. Ctrl-C / SIGTERM: the READY
     result with the serving counters (exit 0); HUNG / CRASHED: that verdict's result (with stacks for
-    HUNG), to be recorded."""
+    HUNG) and the upstream tools' word on it, to be recorded."""
     source = watcher.source
     if on_change is not None:
         on_change(ReadyNotice(ready))  # READY and its first token, said before the serving watch
@@ -327,11 +337,12 @@ def serve_ready(
         "why": call.why,
     }
     if call.verdict.value not in ("hung", "crashed"):
-        return _replace(ready, serving=summary), {}
+        return _replace(ready, serving=summary), {}, None
     verdict = as_verdict(call, state, watcher, now)
     stacks = verdict_stacks(watcher, now) if isinstance(verdict, Hung) else {}
     device = spec.device if spec is not None else "cpu"
     nodes = launch_nodes(spec.argv) if spec is not None else None
+    upstream = ask_upstream(source, watcher)
     result = _result(
         ready.target,
         ready.image,
@@ -342,10 +353,11 @@ def serve_ready(
         stacks,
         device,
         nodes,
+        upstream,
         gpus=inventory,
     )
     keep = {k: getattr(ready, k) for k in ("startup_s", "first_token_s", "first_token_endpoint", "reply")}
-    return _replace(result, exception=call.why, serving=summary, **keep), stacks
+    return _replace(result, exception=call.why, serving=summary, **keep), stacks, upstream
 
 
 def follow_container(

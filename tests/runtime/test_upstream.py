@@ -9,6 +9,7 @@ import socket
 import threading
 from pathlib import Path
 
+from kit.logs.evidence import UpstreamWord
 from kit.runtime import upstream_probe
 from kit.runtime.upstream import gather, read_answer
 
@@ -71,7 +72,8 @@ def test_no_nccl_no_pipe_and_no_live_server_are_each_said():
     class Replay:
         name = "replay:p2p-after-init"
 
-    said = gather(Replay(), ("SGLang's soft watchdog fired 1 time(s)",)).lines()
+    fired = UpstreamWord("sglang-watchdog", "SGLang's soft watchdog fired 1 time(s)", "soft-watchdog")
+    said = gather(Replay(), (fired,)).lines()
     assert said[0] == "SGLang's soft watchdog fired 1 time(s)"
     assert said[1] == "NCCL RAS: not asked (replay:p2p-after-init is no live server)"
     assert said[2] == "flight recorder: no dump (replay:p2p-after-init is no live server)"
