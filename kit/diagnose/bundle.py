@@ -9,7 +9,8 @@ Layout (every member under one folder, so `tar xzf` makes one directory):
     NAME/startup.svg        ranks by phase over time
     NAME/log/server.log     the whole log, or its head and tail when over LOG_KEEP_BYTES
     NAME/log/tails/R.txt    the last lines of each rank (continuation lines go with their record)
-    NAME/stacks/R.txt       py-spy dumps of each scheduler
+    NAME/stacks/R.txt       py-spy dumps of each scheduler at the verdict
+    NAME/stacks/R.sampleN.txt   the stack samples a HUNG rests on (the last two taken while quiet)
     NAME/lock.txt           the image's lock, when it was read
     NAME/upstream/FILE      the upstream tools' raw answers: NCCL RAS snapshots (ras-1.json, ras-2.json
                             or .txt), the flight recorder's fr_trace report (fr_trace.txt)
@@ -243,6 +244,7 @@ def summary_md(meta: Mapping[str, Any], fingerprint: Mapping[str, Any], result: 
             for rank, s in stacks.items()
             if rank not in named
         ]
+    lines += _sample_lines(result.get("stack_samples"))
     upstream = result.get("upstream") or []
     counters = result.get("counters") or {}
     if upstream or counters:
@@ -274,6 +276,28 @@ def summary_md(meta: Mapping[str, Any], fingerprint: Mapping[str, Any], result: 
         f"log/server.log ({log.get('lines')} lines, {kept}), log/tails/, stacks/",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _sample_lines(samples: Any) -> list[str]:
+    """The stack samples a HUNG rests on, one line each: when, and each rank's state and place."""
+    if not isinstance(samples, list) or not samples:
+        return []
+    lines = ["", "Stack samples the verdict rests on (stacks/RANK.sampleN.txt):", ""]
+    for sample in samples[:4]:
+        if not isinstance(sample, dict):
+            continue
+        head = f"- sample {sample.get('number')} at {sample.get('t_s')} s"
+        if sample.get("unreadable"):
+            lines.append(f"{head}: unreadable: {str(sample['unreadable'])[:200]}")
+            continue
+        ranks = [r for r in sample.get("ranks") or [] if isinstance(r, dict)]
+        said = [
+            f"{r.get('rank')} {r.get('state')}{' ' + str(r['held']) if r.get('held') else ''}: "
+            f"`{str(r.get('where'))[:100]}`"
+            for r in ranks
+        ]
+        lines.append(f"{head}: " + "; ".join(said))
+    return lines
 
 
 # -- building and writing ------------------------------------------------------------------------

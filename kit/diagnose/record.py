@@ -87,6 +87,7 @@ def record_run(
     *,
     host: HostServer | None = None,
     upstream: Mapping[str, str] | None = None,
+    samples: Mapping[str, str] | None = None,
 ) -> Recorded:
     """The runs folder and a bundle for a verdict other than READY: the one record of a start-up,
     for kit up, kit watch CONTAINER, a replayed scenario and kit watch --pid/--unit (HOST) alike.
@@ -99,7 +100,8 @@ def record_run(
     result = {**result, "diagnostics": str(folder), "bundle": str(target_path)}
     built = fp.build(facts_of_run(source, spec, host=host), limits)
     redactor = Redactor.for_launch(built.raw_env, built.raw_argv, machine_env=os.environ)
-    texts = {rank: stack.text for rank, stack in stacks.items()}
+    # The verdict's stacks (stacks/RANK.txt) and the samples a HUNG rests on (stacks/RANK.sampleN.txt).
+    texts = {**{rank: stack.text for rank, stack in stacks.items()}, **(samples or {})}
     write_run_folder(
         folder, source.log_text(), texts, result, built.fingerprint, built.lock, redactor, upstream
     )

@@ -25,7 +25,14 @@ from kit.runtime.server import new_session_id
 from kit.startup.overrun import DeadlinePolicy
 from kit.startup.result import UpResult
 from kit.startup.serving import OnChange, ServingLimits
-from kit.startup.up import _result, ask_upstream, launch_nodes, serve_ready, verdict_stacks
+from kit.startup.up import (
+    _result,
+    ask_upstream,
+    launch_nodes,
+    serve_ready,
+    verdict_samples,
+    verdict_stacks,
+)
 from kit.startup.watch import Progress, Watcher
 
 
@@ -189,6 +196,7 @@ def run_watch_host(
                 jsonable(result),
                 host=HostServer(pid, what.unit),
                 upstream=upstream.files if upstream is not None else None,
+                samples=verdict_samples(result, watcher),
             )
             result = dataclasses.replace(
                 result,

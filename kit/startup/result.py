@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kit.logs import Crashed, Deadline, Hung, Ready, Tracker, Verdict
@@ -25,7 +25,7 @@ from kit.logs.evidence import (
 
 # The rank, span and cause rows are shared with `kit analyze` (one JSON shape, docs/schema/).
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
-from kit.logs.stacks import HangExplanation, RankStack
+from kit.logs.stacks import HangExplanation, RankStack, StackSample
 from kit.runtime.nvml import GpuInventory
 from kit.startup.overrun import DeadlineRow
 
@@ -42,6 +42,17 @@ class StackRow:
     state: str = ""  # waiting, spinning, working, sleeping, unknown, unreadable (kit/logs/stacks.toml)
     what: str = ""  # the place in words: "inductor compile, cc1plus child"
     held: str | None = None  # stopped, tracing-stop, frozen: nothing in it runs
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One stack sample a HUNG rests on: when (seconds from the start), every rank's stack as a row
+    (its dump is the bundle's stacks/RANK.sampleN.txt), or why none could be read."""
+
+    number: int
+    t_s: float
+    ranks: tuple[StackRow, ...] = ()
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,12 +182,32 @@ class UpResult:
     evidence_complete: bool | None = None
     """For HUNG: the stacks confirm it and the counters were readable, so `kit up` may remove the
     server; False keeps it (what could not be seen is in `rests_on`)."""
+    stack_samples: tuple[SampleRow, ...] = ()
+    """For HUNG and DEADLINE: the stack samples taken since the last progress (at most two), the ones
+    `rests_on` judged; their dumps are in the bundle (stacks/RANK.sampleN.txt)."""
 
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
     return tuple(
         StackRow(s.rank, s.pid, s.kind.value, s.where, s.state.value, s.what, s.held) for s in stacks.values()
     )
+
+
+def sample_rows(samples: Sequence[StackSample], started_at: float) -> tuple[SampleRow, ...]:
+    return tuple(
+        SampleRow(
+            number,
+            round(sample.t - started_at, 1),
+            stack_rows({r.rank: r for r in sample.ranks}),
+            None if sample.readable else sample.why_unreadable(),
+        )
+        for number, sample in enumerate(samples, start=1)
+    )
+
+
+def sample_texts(samples: Sequence[StackSample]) -> dict[str, str]:
+    """Each sample's dumps by bundle name: {"TP0.sample1": text, ...}."""
+    return {f"{r.rank}.sample{n}": r.text for n, sample in enumerate(samples, start=1) for r in sample.ranks}
 
 
 def hardware_evidence(gpus: GpuInventory | None, tp: int = 1) -> list[str]:
@@ -459,8 +490,12 @@ def verdict_lines(result: UpResult) -> list[str]:
             else " (never reached the step others did)"
         )
         lines.append(f"  missing: {rank}{detail}")
-    if result.stuck_ranks and not (result.waiting_ranks or result.missing_ranks):
-        lines.append(f"  stuck in {result.phase}: {', '.join(result.stuck_ranks)}")
+    # The ranks the log left in the phase, else those whose stacks stood idle; each as its stack says.
+    idle = tuple(r.rank for r in result.stacks if r.held or r.state in ("waiting", "spinning", "sleeping"))
+    stuck = result.stuck_ranks or (idle if result.verdict == "hung" else ())
+    if stuck and not (result.waiting_ranks or result.missing_ranks):
+        said = [f"{r} ({stacks[r].state})" if r in stacks and stacks[r].state else r for r in stuck]
+        lines.append(f"  stuck in {result.phase}: {', '.join(said)}")
     if result.first_failure and result.consequences:
         lines.append("  then (consequences of the first failure, not causes):")
         lines.extend(f"    {line}" for line in result.consequences[:4])

@@ -35,6 +35,8 @@ from kit.startup.result import (
     hang_basis,
     rank_rows,
     run_facts,
+    sample_rows,
+    sample_texts,
     span_rows,
     stack_rows,
     verdict_name,
@@ -54,6 +56,11 @@ def verdict_stacks(watcher: Watcher, now: float) -> dict[str, RankStack]:
     if last is None or now - last.t >= STACK_EVERY_S or not last.ranks:
         last = watcher.read_stacks(now, watcher.last_state)
     return {stack.rank: stack for stack in last.ranks}
+
+
+def verdict_samples(result: UpResult, watcher: Watcher) -> dict[str, str]:
+    """The dumps of the stack samples RESULT lists (a HUNG's or a DEADLINE's), by bundle name."""
+    return sample_texts(watcher.tracker.stacks_while_quiet()) if result.stack_samples else {}
 
 
 def seen_by(watcher: Watcher, now: float, container: str, upstream: UpstreamEvidence | None = None) -> Seen:
@@ -162,6 +169,7 @@ def _result(
             limit_s=None if tracker.stage == "serving" else tracker.limits.stall_window_s.of(tracker.stage),
             rests_on=rests_on,
             evidence_complete=complete,
+            stack_samples=sample_rows(tracker.stacks_while_quiet(), tracker.started_at),
         )
     elif isinstance(verdict, Deadline):
         given = tracker.stage in tracker.limits.deadlines_given
@@ -170,6 +178,7 @@ def _result(
             limit_by="--deadline" if given else "profile",
             stuck_ranks=tracker.stuck_ranks(),
             evidence=tracker.evidence(),
+            stack_samples=sample_rows(tracker.stacks_while_quiet(), tracker.started_at),
         )
     elif isinstance(verdict, Crashed):
         fields.update(exception=verdict.exception, evidence=verdict.evidence)
@@ -293,7 +302,10 @@ def follow_source(
     if result.verdict != "ready":
         # The runs folder and a bundle (fingerprint, log, stacks, picture), secrets masked.
         files = upstream.files if upstream is not None else None
-        recorded = record_run(session, source, spec, limits, stacks, jsonable(result), upstream=files)
+        samples = verdict_samples(result, watcher)
+        recorded = record_run(
+            session, source, spec, limits, stacks, jsonable(result), upstream=files, samples=samples
+        )
         result = _replace(
             result,
             diagnostics=str(recorded.folder),

@@ -226,6 +226,14 @@ def test_a_scheduler_stuck_in_init_is_hung_where_it_sleeps_for_root_and_for_a_do
         stacks = {s["rank"]: s for s in got["stacks"]}
         assert set(stacks) == {"TP0", "TP1"}, (who, got["stacks"])
         assert all("__init__" in s["where"] for s in stacks.values()), (who, got["stacks"])
+        # The stuck ranks named from their stacks: both *sleeping* (py-spy: an idle thread in
+        # Scheduler.__init__), in two samples that confirm the hang.
+        assert {s["state"] for s in stacks.values()} == {"sleeping"}, (who, got["stacks"])
+        samples = got["stack_samples"]
+        assert [sorted((r["rank"], r["state"]) for r in s["ranks"]) for s in samples] == [
+            [("TP0", "sleeping"), ("TP1", "sleeping")]
+        ] * 2, (who, samples)
+        assert got["rests_on"].startswith("stacks and counters"), (who, got["rests_on"])
         said = "\n".join(got["upstream"])
         assert "NCCL RAS: not asked (NCCL is not loaded in any process of the server" in said, who
         assert "flight recorder: no dump (no rank made a dump pipe" in said, who
@@ -242,4 +250,9 @@ def test_a_scheduler_stuck_in_init_is_hung_where_it_sleeps_for_root_and_for_a_do
     assert bundle.is_file()
     listed = subprocess.run(["tar", "-tzf", str(bundle)], capture_output=True, text=True, check=True).stdout
     assert "/stacks/TP0.txt" in listed and "/stacks/TP1.txt" in listed
+    for sample in ("TP0.sample1", "TP0.sample2", "TP1.sample1", "TP1.sample2"):
+        assert f"/stacks/{sample}.txt" in listed, listed
+    shown = subprocess.run([*KIT, "bundle", "show", str(bundle)], capture_output=True, text=True, check=True)
+    assert "Stack samples the verdict rests on" in shown.stdout and "- sample 2 at " in shown.stdout
+    assert "TP1 sleeping: `__init__" in shown.stdout, shown.stdout[-3000:]
     assert [c.name for c in new_servers()] == [name]  # --keep: the test's cleanup removes it

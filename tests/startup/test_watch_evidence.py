@@ -170,3 +170,41 @@ def test_a_rank_gone_between_two_samples_ends_the_start_crashed_at_once():
     _, verdict, _ = watch(server, 60, kill_tp1_at_5)
     assert isinstance(verdict, Crashed) and verdict.rank == "TP1", verdict
     assert server.now - 5.0 <= 2.5
+
+
+def test_a_hung_start_keeps_both_stack_samples_in_the_result_and_the_bundle(tmp_path, monkeypatch):
+    """SGLang's own injector for a scheduler stuck in init (SGLANG_TEST_STUCK_SCHEDULER_INIT: a sleep
+    in Scheduler.__init__, sglang 0.5.23 srt/managers/scheduler.py) as py-spy shows it: both ranks
+    *sleeping* in two samples; the verdict names them so, and the bundle holds both samples' dumps,
+    which `kit bundle show` lists."""
+    from kit.diagnose.bundle import read_bundle
+    from kit.diagnose.show import bundle_view
+    from kit.launch import resolve
+    from kit.startup.result import verdict_lines
+    from kit.startup.up import follow_source
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    sleeping = (STACKS / "stuck-init-TP0.txt").read_text()
+    server = Server()
+    server.stacks_text = {"TP0": sleeping, "TP1": sleeping.replace("scheduler_TP0", "scheduler_TP1")}
+    result = follow_source(
+        server, resolve("tiny"), _limits(), session="stack-samples-test", first_token=False
+    )
+    assert result.verdict == "hung" and result.rests_on.startswith("stacks and counters"), result.rests_on
+    assert {(s.rank, s.state) for s in result.stacks} == {("TP0", "sleeping"), ("TP1", "sleeping")}
+    said = verdict_lines(result)
+    assert "  stuck in warmup: TP0 (sleeping), TP1 (sleeping)" in said, said
+    assert "  stack TP0: sleeping: other (__init__ <- run_scheduler_process <- run)" in said
+    assert [(s.number, [r.state for r in s.ranks]) for s in result.stack_samples] == [
+        (1, ["sleeping", "sleeping"]),
+        (2, ["sleeping", "sleeping"]),
+    ]
+    assert result.stack_samples[1].t_s - result.stack_samples[0].t_s >= 10
+    members = read_bundle(result.bundle).members
+    prefix = "stacks/"
+    for name in ("TP0.sample1", "TP0.sample2", "TP1.sample1", "TP1.sample2", "TP0", "TP1"):
+        assert f"{prefix}{name}.txt" in members, sorted(members)
+    assert "scheduler_TP1" in members[f"{prefix}TP1.sample2.txt"].decode()
+    shown = bundle_view(result.bundle).summary
+    assert "Stack samples the verdict rests on (stacks/RANK.sampleN.txt):" in shown
+    assert "- sample 2 at " in shown and "TP1 sleeping: `__init__ <- run_scheduler_process <- run`" in shown
