@@ -280,24 +280,19 @@ def summary_md(meta: Mapping[str, Any], fingerprint: Mapping[str, Any], result: 
 
 def _sample_lines(samples: Any) -> list[str]:
     """The stack samples a HUNG rests on, one line each: when, and each rank's state and place."""
-    if not isinstance(samples, list) or not samples:
-        return []
     lines = ["", "Stack samples the verdict rests on (stacks/RANK.sampleN.txt):", ""]
-    for sample in samples[:4]:
+    for sample in (samples if isinstance(samples, list) else [])[:4]:
         if not isinstance(sample, dict):
             continue
-        head = f"- sample {sample.get('number')} at {sample.get('t_s')} s"
-        if sample.get("unreadable"):
-            lines.append(f"{head}: unreadable: {str(sample['unreadable'])[:200]}")
-            continue
         ranks = [r for r in sample.get("ranks") or [] if isinstance(r, dict)]
-        said = [
+        said = "; ".join(
             f"{r.get('rank')} {r.get('state')}{' ' + str(r['held']) if r.get('held') else ''}: "
             f"`{str(r.get('where'))[:100]}`"
             for r in ranks
-        ]
-        lines.append(f"{head}: " + "; ".join(said))
-    return lines
+        )
+        why = f"unreadable: {str(sample['unreadable'])[:200]}" if sample.get("unreadable") else said
+        lines.append(f"- sample {sample.get('number')} at {sample.get('t_s')} s: {why}")
+    return lines if len(lines) > 3 else []
 
 
 # -- building and writing ------------------------------------------------------------------------
