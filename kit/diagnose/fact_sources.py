@@ -205,6 +205,7 @@ class HostProcessFacts:
             "tag": no_image,
             "id": no_image,
             "digest": no_image,
+            "base": no_image,
             "labels": {},
             "manifest": no_image,
             "lock": lock,

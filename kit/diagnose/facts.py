@@ -17,6 +17,7 @@ from typing import Any
 from kit.diagnose import fingerprint as fp
 from kit.errors import KitError
 from kit.images.lock import LOCK_PATH, parse_lock
+from kit.images.manifest import LOCAL_BASE
 from kit.runtime.host import (
     CdiAnswer,
     EngineFacts,
@@ -322,19 +323,37 @@ def image_facts_of_manifest(name: str | None, why: str) -> tuple[dict, dict]:
 
     if name is None:
         unknown = fp.unknown(why)
-        image = {"name": unknown, "tag": unknown, "id": unknown, "digest": unknown, "labels": {}}
+        image = {
+            "name": unknown,
+            "tag": unknown,
+            "id": unknown,
+            "digest": unknown,
+            "base": unknown,
+            "labels": {},
+        }
         return image | {"manifest": unknown, "lock": unknown}, fp.versions_unknown(why)
     try:
         manifest = load_manifest(name)
     except KitError as exc:
         unknown = fp.unknown(exc.one_line())
-        image = {"name": name, "tag": unknown, "id": unknown, "digest": unknown, "labels": {}}
+        image = {
+            "name": name,
+            "tag": unknown,
+            "id": unknown,
+            "digest": unknown,
+            "base": unknown,
+            "labels": {},
+        }
         return image | {"manifest": unknown, "lock": unknown}, fp.versions_unknown(exc.one_line())
     image = {
         "name": name,
         "tag": manifest.tag,
         "id": fp.unknown(why),
         "digest": fp.unknown(why),
+        # The base the manifest pins (a digest), never what an image was built on: none was inspected.
+        "base": f"{manifest.base.image}@{manifest.base.digest} (the manifest's pin)"
+        if manifest.base.digest and manifest.base.digest != LOCAL_BASE
+        else fp.unknown(f"{why}; images/{name}.toml pins no base digest"),
         "labels": {},
         "manifest": manifest.model_dump(mode="json"),
         "lock": fp.unknown(why),

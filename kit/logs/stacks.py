@@ -3,7 +3,8 @@
 The frames are data (stacks.toml: each row a place, its state and its upstream source). A rank is
 *waiting* (for peers: a collective, a barrier, the store, a recv), *spinning* (a CUDA synchronize),
 *working* (a JIT compile, a wait on a compiler child, loading, a tokenizer, an autotune: progress,
-however quiet), *sleeping* (a planted hang, an idle thread nothing explains), *unknown* (running
+however quiet, while a thread runs or a compiler child lives; with every thread idle the place alone
+is no progress and the counters decide), *sleeping* (a planted hang, an idle thread nothing explains), *unknown* (running
 frames the table does not know) or *unreadable* (no stack: py-spy missing, no ptrace, gone).
 
 A hang names two kinds of ranks: those *waiting* (in the rendezvous or a collective, for peers)
@@ -140,15 +141,31 @@ class RankStack:
     """Where the deciding frame lives upstream (stacks.toml `source`)."""
     held: str | None = None
     """The process's state when nothing in it runs: stopped, tracing-stop, frozen."""
+    threads_idle: bool = False
+    """py-spy called every thread of the dump idle (no thread on a CPU, none in a running syscall)."""
+    child: bool = False
+    """The deciding row needs a live compiler child, and one was alive: the work is in the child."""
+
+    @property
+    def standing_in_work(self) -> bool:
+        """At a place of work (a loader, a tokenizer, a compile in this process) with every thread
+        idle and no compiler child: the place alone is no progress; if it stays the same, it stands."""
+        return self.held is None and self.state is StackState.WORKING and self.threads_idle and not self.child
+
+    @property
+    def word(self) -> str:
+        """The state shown in rows: 'standing' for a place of work with every thread idle."""
+        return "standing" if self.standing_in_work else self.state.value
 
     @property
     def idle(self) -> bool:
-        """Not moving: waiting, spinning or sleeping, or held (stopped, frozen) whatever it shows."""
-        return self.held is not None or self.state in IDLE
+        """Not moving: waiting, spinning or sleeping, or held (stopped, frozen) whatever it shows, or
+        standing at a place of work with every thread idle."""
+        return self.held is not None or self.state in IDLE or self.standing_in_work
 
     @property
     def working(self) -> bool:
-        return self.held is None and self.state is StackState.WORKING
+        return self.held is None and self.state is StackState.WORKING and not self.standing_in_work
 
     def signature(self) -> tuple[str, str, str | None]:
         """What must stay equal between two samples for the rank to have stood still."""
@@ -159,6 +176,7 @@ class RankStack:
         if self.state is StackState.UNREADABLE:
             return f"{self.rank} stack unreadable: {self.what or self.where}"
         verb = "compiling" if self.working and self.kind is StackKind.COMPILE else self.state.value
+        verb = "standing, every thread idle, at" if self.standing_in_work else verb
         said = f"{verb}: {self.what or self.kind.value}" + (f" ({self.where})" if self.where else "")
         return f"{self.rank} {self.held} ({said})" if self.held else f"{self.rank} {said}"
 
@@ -179,6 +197,12 @@ def main_thread(dump: str) -> tuple[list[Frame], str | None]:
         if name == "MainThread":
             return frames, state
     return (threads[0][2], threads[0][1]) if threads else ([], None)
+
+
+def all_threads_idle(dump: str) -> bool:
+    """py-spy calls every thread in the dump idle (a loader's worker threads reading count too)."""
+    states = [m.group("state") for m in map(_THREAD.match, dump.splitlines()) if m]
+    return bool(states) and all(state == "idle" for state in states)
 
 
 def main_thread_frames(dump: str) -> list[Frame]:
@@ -226,7 +250,17 @@ def classify_stack(
                 )
                 what = f"{caller}, {' '.join(sorted(set(compilers)))} child"
             return RankStack(
-                rank, pid, rule.kind, _chain(frames, index), dump, rule.state, what, rule.source, held
+                rank,
+                pid,
+                rule.kind,
+                _chain(frames, index),
+                dump,
+                rule.state,
+                what,
+                rule.source,
+                held,
+                threads_idle=all_threads_idle(dump),
+                child=rule.child == "compiler",
             )
     state = StackState.SLEEPING if thread_state == "idle" else StackState.UNKNOWN
     return RankStack(rank, pid, StackKind.OTHER, _chain(frames, 0), dump, state, "", "", held)
@@ -307,7 +341,7 @@ def moved(before: StackSample, after: StackSample) -> tuple[str, ...]:
             previous is not None
             and rank.held is None
             and rank.state is not StackState.UNREADABLE
-            and not rank.working
+            and not rank.working  # idle, or standing at a place of work
             and previous.signature() != rank.signature()
         ):
             found.append(f"{rank.rank} moved: {previous.where} -> {rank.where}")

@@ -126,6 +126,9 @@ class Hung:
     """Every rank idle at the same place in the last two stack samples (kit/logs/stacks.py)."""
     basis: str = ""
     """What the verdict rests on beyond the counters: the stacks' word, or why they could not say."""
+    conclusive: str = ""
+    """The server's own word that decides without a quiet stretch (a proxy taking its warm-up
+    requests): what it is, in words; the stacks are not needed then."""
     kind: VerdictKind = VerdictKind.HUNG
     exit_code: int = ExitCode.HUNG
 

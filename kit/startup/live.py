@@ -234,7 +234,7 @@ class LiveView:
             return
         self._stacks_said = said
         ranks = [
-            {"rank": r.rank, "state": r.state.value, "what": r.what, "where": r.where, "held": r.held}
+            {"rank": r.rank, "state": r.word, "what": r.what, "where": r.where, "held": r.held}
             for r in sample.ranks
         ]
         unreadable = None if sample.readable else sample.why_unreadable()

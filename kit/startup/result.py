@@ -189,7 +189,7 @@ class UpResult:
 
 def stack_rows(stacks: dict[str, RankStack]) -> tuple[StackRow, ...]:
     return tuple(
-        StackRow(s.rank, s.pid, s.kind.value, s.where, s.state.value, s.what, s.held) for s in stacks.values()
+        StackRow(s.rank, s.pid, s.kind.value, s.where, s.word, s.what, s.held) for s in stacks.values()
     )
 
 
@@ -315,7 +315,10 @@ def hang_basis(verdict: Hung, unread: tuple[str, ...], seen: Seen) -> tuple[str,
     """What a HUNG rests on, in words, and whether that is complete enough for `kit up` to remove
     the server: the stacks confirm it (every rank idle at the same place in two samples), the
     counters it needs were readable (`unread`: those that were not, kit/logs/counters.py
-    `unread_for_hang`) and the container is not paused."""
+    `unread_for_hang`) and the container is not paused; or the server's own word decides it
+    (`conclusive`: a proxy taking the warm-up), whatever the stacks say."""
+    if verdict.conclusive:
+        return f"the server's own word ({verdict.conclusive})", seen.paused_for_s is None
     if verdict.stacks_confirm:
         rests_on = f"stacks and counters ({verdict.basis})"
     else:
@@ -491,7 +494,9 @@ def verdict_lines(result: UpResult) -> list[str]:
         )
         lines.append(f"  missing: {rank}{detail}")
     # The ranks the log left in the phase, else those whose stacks stood idle; each as its stack says.
-    idle = tuple(r.rank for r in result.stacks if r.held or r.state in ("waiting", "spinning", "sleeping"))
+    idle = tuple(
+        r.rank for r in result.stacks if r.held or r.state in ("waiting", "spinning", "sleeping", "standing")
+    )
     stuck = result.stuck_ranks or (idle if result.verdict == "hung" else ())
     if stuck and not (result.waiting_ranks or result.missing_ranks):
         said = [f"{r} ({stacks[r].state})" if r in stacks and stacks[r].state else r for r in stuck]

@@ -172,3 +172,23 @@ def test_a_working_rank_or_one_past_its_wait_is_progress_an_idle_one_is_not():
         "all_reduce <- _exception_logger.<locals>.wrapper <- _patch_distributed.<locals>.all_reduce",
     )
     assert moved(sample(0), sample(10, compiling))[0].startswith("TP1 compiling: inductor compile")
+
+
+def test_a_loader_with_every_thread_idle_is_standing_not_progress_and_twice_confirms_a_hang():
+    """A loader whose threads all sit idle (a stalled read, a sleep) is no progress by itself: the
+    counters decide, and two samples there confirm a hang. One thread reading keeps it working."""
+    standing = classify_stack("TP0", load("load-standing-TP0.txt"))
+    reading = classify_stack("TP0", load("load-reading-TP0.txt"))
+    assert standing.kind is StackKind.LOADING and standing.standing_in_work and standing.idle
+    assert not standing.working and reading.working and not reading.idle
+    assert moved(sample(0), sample(10, standing)) == ()
+    assert moved(sample(0, standing), sample(10, standing)) == ()
+    assert moved(sample(0, standing), sample(10, reading))[0].startswith("TP0 working: loading weights")
+    assert standing.describe().startswith("TP0 standing, every thread idle, at: loading weights")
+    assert stack_basis([sample(0, standing), sample(10, standing)], ["TP0"]).complete
+    assert not stack_basis([sample(0, reading), sample(10, reading)], ["TP0"]).complete
+    # A compile whose work is in a compiler child works however idle the parent's threads are.
+    compiling = classify_stack(
+        "TP0", load("warmup-compile-TP0.txt").replace("(active)", "(idle)"), compilers=("cc1plus",)
+    )
+    assert compiling.working and not compiling.standing_in_work

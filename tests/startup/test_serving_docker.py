@@ -129,7 +129,10 @@ def test_a_stopped_rank_is_degraded_then_serving_then_hung_with_its_stack(new_se
     assert code == 4, result
     assert result["verdict"] == "hung" and result["phase"] == "serving"
     assert result["serving"]["verdict"] == "hung" and result["serving"]["probes"] >= 3
-    assert result["likely_causes"][0]["id"] == "serving-collective-stuck", result["likely_causes"]
+    # The process state is the direct evidence (SIGSTOP: state T): it comes first; the collective its
+    # peer waits in follows.
+    causes = [c["id"] for c in result["likely_causes"]]
+    assert causes[0] == "rank-stopped" and "serving-collective-stuck" in causes, result["likely_causes"]
     stacks = {row["rank"]: row for row in result["stacks"]}
     assert stacks["TP1"]["kind"] != "unavailable", result["stacks"]  # a stopped process's stack too
     bundle = Path(result["bundle"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from kit.logs import ActivitySample, Crashed, Hung, PhaseLimits
 from kit.logs.activity import CgroupReading
 from kit.runtime.source import ProcessStack, SourceState
@@ -94,13 +96,13 @@ class Server:
         return {}
 
 
-def _limits() -> PhaseLimits:
+def _limits(window: float = WINDOW) -> PhaseLimits:
     base = PhaseLimits(expected_ranks=2)
-    return replace(base, stall_window_s=replace(base.stall_window_s, warmup=WINDOW))
+    return replace(base, stall_window_s=replace(base.stall_window_s, warmup=window))
 
 
-def watch(server: Server, until: float, change=None):
-    watcher = Watcher(server, _limits())
+def watch(server: Server, until: float, change=None, window: float = WINDOW):
+    watcher = Watcher(server, _limits(window))
     seen = []
     while server.now < until:
         if change is not None:
@@ -143,6 +145,31 @@ def test_idle_stacks_in_two_samples_confirm_the_hang_within_the_window_and_5_s()
     assert isinstance(verdict, Hung) and verdict.stacks_confirm, verdict
     assert server.now <= WINDOW + 5
     assert verdict.basis.startswith("every rank idle at the same place in two samples 10 s apart")
+
+
+@pytest.mark.parametrize("window", [3.0, 8.0, 10.0, 13.0, 20.0, 45.0])
+def test_any_stall_window_gets_two_stack_samples_and_a_confirmed_hang_within_it_and_5_s(window):
+    """A short window (`--stall load=8`) samples sooner than every 10 s, and the second sample is
+    taken on the watch's step, never missed between two counter samples."""
+    server = Server()
+    _, verdict, _ = watch(server, window + 30, window=window)
+    assert isinstance(verdict, Hung) and verdict.stacks_confirm, verdict
+    assert len(server.dumps) >= 2 and server.dumps[1] <= window + 1.0, server.dumps
+    assert server.now <= window + 5
+
+
+def test_a_loader_standing_with_every_thread_idle_is_hung_one_reading_is_not():
+    standing = (STACKS / "load-standing-TP0.txt").read_text()
+    server = Server()
+    server.stacks_text = {"TP0": standing, "TP1": standing.replace("TP0", "TP1")}
+    _, verdict, _ = watch(server, 60)
+    assert isinstance(verdict, Hung) and verdict.stacks_confirm, verdict
+    assert "standing, every thread idle, at: loading weights" in verdict.basis
+    server = Server()
+    reading = (STACKS / "load-reading-TP0.txt").read_text()
+    server.stacks_text = {"TP0": reading, "TP1": reading.replace("TP0", "TP1")}
+    _, verdict, _ = watch(server, 90)
+    assert verdict is None, verdict  # a worker thread reading is the load's progress
 
 
 def test_a_working_stack_keeps_a_quiet_start_alive_and_unreadable_stacks_leave_it_to_the_counters():
