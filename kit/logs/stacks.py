@@ -4,8 +4,9 @@ The frames are data (stacks.toml: each row a place, its state and its upstream s
 *waiting* (for peers: a collective, a barrier, the store, a recv), *spinning* (a CUDA synchronize),
 *working* (a JIT compile, a wait on a compiler child, loading, a tokenizer, an autotune: progress,
 however quiet, while a thread runs or a compiler child lives; with every thread idle the place alone
-is no progress and the counters decide), *sleeping* (a planted hang, an idle thread nothing explains), *unknown* (running
-frames the table does not know) or *unreadable* (no stack: py-spy missing, no ptrace, gone).
+is no progress and the counters decide), *sleeping* (a planted hang, an idle thread nothing
+explains), *unknown* (running frames the table does not know) or *unreadable* (no stack: py-spy
+missing, no ptrace, gone).
 
 A hang names two kinds of ranks: those *waiting* (in the rendezvous or a collective, for peers)
 and those *missing* (elsewhere while the others wait for them). Logs alone often cannot tell them
