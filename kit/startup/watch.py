@@ -106,13 +106,15 @@ RESTART_GRACE_S = 60.0
 PROXY_WARMUP_CONCLUSIVE_S = 20.0
 _WARMUP_REQUEST = "/model_info"
 # Stacks are sampled while a stage is quiet: the first this long before its stall window ends (and
-# not before STACK_MIN_QUIET_S of quiet), the second STACK_EVERY_S later, or sooner in a short window
-# (never sooner than STACK_MIN_GAP_S), so two samples are in by the end of the window. A HUNG reached
-# with one sample waits for the second at most STACK_HOLD_S. Stacks are read on the watch's own
-# step, not the counters' cadence: a second sample due between two counter samples is not missed.
+# not before STACK_MIN_QUIET_S of quiet), then every STACK_EVERY_S (a dump per rank at most that
+# often), so two samples are in by the end of a window of 14 s or more. A HUNG reached with one
+# sample waits for the second at most STACK_HOLD_S: a window of 10 s or more gets both (the first
+# dump may come a step after 2 s of quiet), and the verdict stays within the window + 5 s; a shorter
+# one (an override) rests on the counters and the kit keeps the server. Stacks are read on the
+# watch's own step, not the counters' cadence: a second sample due between two counter samples is
+# never missed.
 STACK_LEAD_S = 12.0
 STACK_MIN_QUIET_S = 2.0
-STACK_MIN_GAP_S = 2.0
 STACK_HOLD_S = 4.0
 # SGLang's own word that a child died (sglang 0.5.23 srt/utils/watchdog.py, srt/entrypoints/engine.py).
 _CHILD_EXIT = ("crashed with exit code", "scheduler died during initialization")
@@ -291,7 +293,8 @@ class Watcher:
                 self.attempts = self.attempts.observe_events(tail, now)
                 events.extend(tail)
         if not ended and self.last_state is not None and self.last_state.running:
-            stacks = self._sample_stacks(now, self.last_state)
+            # The clock read now: reading the counters took time, and the dumps' spacing is measured.
+            stacks = self._sample_stacks(source.clock(), self.last_state)
         # A restart ended the current attempt's run although the container runs again: judge that
         # attempt as ended (its next run's activity is not its life), until the next launch line.
         run_ended = ended or self._run_ended_for == self.attempts.number
@@ -376,17 +379,14 @@ class Watcher:
         for rank, pid, _state in sample.rank_processes or ():
             self.pid_ranks[pid] = rank
 
-    def _stack_window(self) -> tuple[float, float, float] | None:
-        """(when the first sample is due, when the window ends, as quiet seconds; the gap to the
-        next sample); None when no stall window applies (serving)."""
+    def _stack_window(self) -> tuple[float, float] | None:
+        """(when the first sample is due, when the window ends), as quiet seconds; None when no
+        stall window applies (serving)."""
         stage = self.tracker.stage
         if stage == "serving":
             return None
         window = self.tracker.limits.stall_window_s.of(stage)
-        first = max(STACK_MIN_QUIET_S, window - STACK_LEAD_S)
-        # Two samples before the window ends, a second to spare for the dump itself.
-        gap = min(STACK_EVERY_S, max(STACK_MIN_GAP_S, window - first - 1.0))
-        return first, window, gap
+        return max(STACK_MIN_QUIET_S, window - STACK_LEAD_S), window
 
     def _sample_stacks(self, now: float, state: SourceState) -> StackSample | None:
         """Every rank's stack, without suspending them, while the stage is quiet: at most once every
@@ -395,7 +395,7 @@ class Watcher:
         quiet = now - self.tracker.last_activity_at
         if window is None or quiet < window[0]:
             return None
-        if self.stacks_at is not None and now - self.stacks_at < window[2]:
+        if self.stacks_at is not None and now - self.stacks_at < STACK_EVERY_S:
             return None
         self.stacks_at = now
         sample = self.read_stacks(now, state)
@@ -430,7 +430,8 @@ class Watcher:
         if window is None:
             return False
         window_end = self.tracker.last_activity_at + window[1]
-        return now < self.stacks_at + window[2] and self.stacks_at + window[2] <= window_end + STACK_HOLD_S
+        due = self.stacks_at + STACK_EVERY_S
+        return now < due and due <= window_end + STACK_HOLD_S
 
     def _mark_stage(self) -> None:
         """Keep the read counter as it stood when the current stage began (the load's bytes read)."""

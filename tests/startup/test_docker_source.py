@@ -45,10 +45,10 @@ def test_carriage_return_progress_alone_keeps_a_quiet_load_alive(new_servers):
 
 
 def test_the_same_load_without_output_is_hung_in_load(new_servers):
-    code, result = kit_json("up", "tiny", "--fault", "slow-load:seconds=120,busy=0", "--stall", "load=8")
+    code, result = kit_json("up", "tiny", "--fault", "slow-load:seconds=120,busy=0", "--stall", "load=10")
     assert code == 4, result
     assert (result["verdict"], result["phase"]) == ("hung", "load")
-    assert 8 <= result["quiet_for_s"] <= 8 + 5
+    assert 10 <= result["quiet_for_s"] <= 10 + 5
     assert not new_servers()
 
 
