@@ -77,6 +77,8 @@ WEIGHTS: Mapping[str, int] = {
     "cgroup-oom-kill": 3,
     "kernel-oom": 3,
     "process-frozen": 2,
+    # A rank's own death by a signal outranks what its peers' errors imply (peer-died follows it).
+    "killed-by-signal": 2,
 }
 NEEDS = frozenset({"nodes>1", "gpu", "proxy"})
 OOM_KEYS = frozenset({"container-oom-killed", "cgroup-oom-kill", "kernel-oom"})

@@ -216,11 +216,12 @@ def test_sigkill_of_one_rank_after_ready_is_crashed_and_says_the_rank_and_the_si
     # SGLang's watchdog polls its children every second, then ends the server (SIGQUIT); the serving
     # watch sees the container go.
     assert run.result_at - run.server.done["killed"] < 10
-    # TP0's collective fails at once against its dead peer and SGLang ends the rest: the first cause
-    # is the peer that died, the peer's error its evidence, the signal the next one.
-    assert cause_ids(run)[:2] == ["peer-died", "killed-by-signal"], run.brief()
-    assert any("by peer" in line for line in result["likely_causes"][0]["evidence"]), run.brief()
-    assert result["first_failure"] is None or result["first_failure"].startswith("TP1"), run.brief()
+    # SGLang's own line ("Subprocess scheduler_1 ... crashed with exit code -9") is the direct
+    # evidence: the signal first, with that line; TP0's errors against its dead peer follow from it.
+    assert cause_ids(run)[:2] == ["killed-by-signal", "peer-died"], run.brief()
+    first = result["likely_causes"][0]
+    assert any("TP1" in line and "SIGKILL" in line for line in first["evidence"]), run.brief()
+    assert result["first_failure"].startswith("TP1") and "SIGKILL" in result["first_failure"], run.brief()
     assert_single_node_cpu(run)
 
 
