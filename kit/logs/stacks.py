@@ -3,8 +3,8 @@
 The frames are data (stacks.toml: each row a place, its state and its upstream source). A rank is
 *waiting* (for peers: a collective, a barrier, the store, a recv), *spinning* (a CUDA synchronize),
 *working* (a JIT compile, a wait on a compiler child, loading, a tokenizer, an autotune: progress,
-however quiet, while a thread runs or a compiler child lives; with every thread idle the place alone
-is no progress and the counters decide), *sleeping* (a planted hang, an idle thread nothing
+however quiet, while a compiler child lives or any counter shows life; with none, the place alone is
+no progress: *standing*), *sleeping* (a planted hang, an idle thread nothing
 explains), *unknown* (running frames the table does not know) or *unreadable* (no stack: py-spy
 missing, no ptrace, gone).
 
@@ -142,26 +142,28 @@ class RankStack:
     """Where the deciding frame lives upstream (stacks.toml `source`)."""
     held: str | None = None
     """The process's state when nothing in it runs: stopped, tracing-stop, frozen."""
-    threads_idle: bool = False
-    """py-spy called every thread of the dump idle (no thread on a CPU, none in a running syscall)."""
     child: bool = False
     """The deciding row needs a live compiler child, and one was alive: the work is in the child."""
+    still: bool = False
+    """No counter showed any life since the previous sample (or since the quiet stretch began): set
+    by the tracker (kit/logs/tracker.py `observe_stacks`), which reads the counters."""
 
     @property
     def standing_in_work(self) -> bool:
-        """At a place of work (a loader, a tokenizer, a compile in this process) with every thread
-        idle and no compiler child: the place alone is no progress; if it stays the same, it stands."""
-        return self.held is None and self.state is StackState.WORKING and self.threads_idle and not self.child
+        """At a place of work in this process (a loader, a tokenizer) while nothing showed life: the
+        place alone is no progress (a read stalled on a dead mount, a sleep). A compile whose work is
+        in a compiler child always works: the child's own counters may be hidden."""
+        return self.held is None and self.state is StackState.WORKING and self.still and not self.child
 
     @property
     def word(self) -> str:
-        """The state shown in rows: 'standing' for a place of work with every thread idle."""
+        """The state shown in rows: 'standing' for a place of work while no counter moved."""
         return "standing" if self.standing_in_work else self.state.value
 
     @property
     def idle(self) -> bool:
         """Not moving: waiting, spinning or sleeping, or held (stopped, frozen) whatever it shows, or
-        standing at a place of work with every thread idle."""
+        standing at a place of work while no counter moved."""
         return self.held is not None or self.state in IDLE or self.standing_in_work
 
     @property
@@ -177,7 +179,7 @@ class RankStack:
         if self.state is StackState.UNREADABLE:
             return f"{self.rank} stack unreadable: {self.what or self.where}"
         verb = "compiling" if self.working and self.kind is StackKind.COMPILE else self.state.value
-        verb = "standing, every thread idle, at" if self.standing_in_work else verb
+        verb = "standing, no counter moving, at" if self.standing_in_work else verb
         said = f"{verb}: {self.what or self.kind.value}" + (f" ({self.where})" if self.where else "")
         return f"{self.rank} {self.held} ({said})" if self.held else f"{self.rank} {said}"
 
@@ -198,12 +200,6 @@ def main_thread(dump: str) -> tuple[list[Frame], str | None]:
         if name == "MainThread":
             return frames, state
     return (threads[0][2], threads[0][1]) if threads else ([], None)
-
-
-def all_threads_idle(dump: str) -> bool:
-    """py-spy calls every thread in the dump idle (a loader's worker threads reading count too)."""
-    states = [m.group("state") for m in map(_THREAD.match, dump.splitlines()) if m]
-    return bool(states) and all(state == "idle" for state in states)
 
 
 def main_thread_frames(dump: str) -> list[Frame]:
@@ -260,7 +256,6 @@ def classify_stack(
                 what,
                 rule.source,
                 held,
-                threads_idle=all_threads_idle(dump),
                 child=rule.child == "compiler",
             )
     state = StackState.SLEEPING if thread_state == "idle" else StackState.UNKNOWN

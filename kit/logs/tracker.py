@@ -20,7 +20,7 @@ evidence in the result, never a verdict.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -165,12 +165,27 @@ class Tracker:
         that got past a wait since the previous sample is progress; idle ranks are not. A stack
         that could not be read changes nothing: it is neither progress nor a hang."""
         previous = self.stack_samples[-1] if self.stack_samples else StackSample(t=sample.t)
+        # A place of work is progress only while some counter shows life (since the previous sample
+        # in this quiet stretch, else since the stretch began); with none it stands (RankStack.still).
+        since = (
+            previous.t
+            if self.stack_samples and previous.t >= self.last_activity_at
+            else self.last_activity_at
+        )
+        if not self._alive_since(since):
+            sample = replace(sample, ranks=tuple(replace(r, still=True) for r in sample.ranks))
         said = moved(previous, sample)
         changes: dict[str, Any] = {"stack_samples": (*self.stack_samples, sample)[-2:]}
         if said:
             changes["last_activity_at"] = max(self.last_activity_at, sample.t)
             changes["last_alive_at"] = max(self.last_alive_at, sample.t)
         return self._evolve(**changes)
+
+    def _alive_since(self, since: float) -> bool:
+        """Did any counter move (CPU above the alive rate, reads, network, GPU memory, a compiler)
+        between two activity samples, the later one after `since`?"""
+        pairs = zip(self.samples, self.samples[1:], strict=False)
+        return any(b.t > since and self._lives(a, b) for a, b in pairs)
 
     def stacks_while_quiet(self) -> tuple[StackSample, ...]:
         """The stack samples taken since the last progress: the ones a HUNG verdict can rest on."""

@@ -128,7 +128,7 @@ class Hung:
     """What the verdict rests on beyond the counters: the stacks' word, or why they could not say."""
     conclusive: str = ""
     """The server's own word that decides without a quiet stretch (a proxy taking its warm-up
-    requests): what it is, in words; the stacks are not needed then."""
+    requests; probes unanswered while it serves): what it is, in words; no stacks are needed."""
     kind: VerdictKind = VerdictKind.HUNG
     exit_code: int = ExitCode.HUNG
 

@@ -298,6 +298,9 @@ def as_verdict(call: Call, state: ServingState, watcher: Watcher, now: float) ->
             missing_ranks=(),
             evidence=tracker.evidence(),
             quiet_for_s=max(0.0, now - state.last_progress_at),
+            # The server's own answers decided it (probes unanswered past their budget, no batch
+            # logged), not a quiet stretch the stacks must confirm.
+            conclusive=f"the serving watch's probes: {call.why}",
         )
     return Crashed(
         phase=Phase.SERVING,

@@ -268,4 +268,5 @@ def test_a_long_quiet_compile_in_a_real_compiler_child_is_never_hung_and_is_name
     said = [line for _, line in run.lines if line.get("type") == "stacks"]
     tp1 = [r for line in said for r in line["ranks"] if r["rank"] == "TP1"]
     assert tp1 and tp1[0]["state"] == "working", said
-    assert tp1[0]["what"] == "inductor compile, cc1 child", said
+    # The compiler children alive at the sample (gcc's driver and its cc1), named by family.
+    assert tp1[0]["what"].startswith("inductor compile, cc1") and tp1[0]["what"].endswith(" child"), said

@@ -221,6 +221,11 @@ def test_a_hang_is_complete_only_with_the_stacks_and_every_counter_it_needs():
     assert unread_for_hang(cpu_run, gpu=True) == ("gpu memory",)
     assert unread_for_hang(None, gpu=False) == ("every counter: no sample was taken",)
     assert hang_basis(hung, (), Seen("kit-tiny-1", paused_for_s=3.0))[1] is False
+    # The server's own word (a proxy taking the warm-up, probes unanswered while serving) needs no
+    # stacks and no counters; a paused container is kept all the same.
+    said = Hung(None, (), (), (), 30.0, conclusive="a proxy for loopback")
+    assert hang_basis(said, ("writes",), seen) == ("the server's own word (a proxy for loopback)", True)
+    assert hang_basis(said, (), Seen("kit-tiny-1", paused_for_s=3.0))[1] is False
 
 
 def test_a_paused_hang_and_a_first_failure_are_the_headline():
