@@ -49,6 +49,8 @@ KEYS: Mapping[str, str] = {
     "killed-by-signal": "a process of the server died by a signal (SIGKILL: exit -9; 137 for a container)",
     "child-crashed": "SGLang's own line: one of its subprocesses crashed with an exit code",
     "exited": "the server's container exited",
+    "sglang-teardown": "SGLang ended its own process tree after a child failed (its SIGQUIT handler): "
+    "the container's 137 is that, not an outside kill",
     "cpu-throttled": "the cgroup's cpu.stat counts throttled time (a CPU limit)",
     "stack-compiling": "a rank's stack is in a JIT compile or waits on a compiler child",
     "stack-loading": "a rank's stack is loading weights",
@@ -182,8 +184,10 @@ def container_findings(
     gone: bool = False,
     running: bool = True,
     t: float | None = None,
+    teardown: str | None = None,
 ) -> tuple[Finding, ...]:
-    """The engine's State of the server's container."""
+    """The engine's State of the server's container. `teardown`: SGLang's own line that its SIGQUIT
+    handler is ending the process tree (a child failed), when the log has one."""
     found = []
     if paused:
         held = f" for {paused_for_s:.0f} s" if paused_for_s is not None else ""
@@ -200,9 +204,16 @@ def container_findings(
         found.append(Finding("exited", f"container {name} was removed (--rm, or by hand)", t=t))
     elif not running and exit_code is not None:
         found.append(Finding("exited", f"container {name} exited with code {exit_code}", t=t))
-        if exit_code in (137, -9) and not oom_killed:
-            # 128 + 9: sent from outside, or SGLang's own kill_process_tree ending itself after a
-            # child failed (srt/utils/common.py, 0.5.23): the signal, not who sent it.
+        if exit_code in (137, -9) and not oom_killed and teardown is not None:
+            # SGLang's SIGQUIT handler calls kill_process_tree(os.getpid()), which SIGKILLs the main
+            # process itself (srt/utils/common.py, 0.5.23): its own end, after a child failed.
+            line = (
+                f"container {name} exit code {exit_code}: SGLang ended itself with SIGKILL after a "
+                f"child failed ({teardown.strip()[:160]})"
+            )
+            found.append(Finding("sglang-teardown", line, t=t))
+        elif exit_code in (137, -9) and not oom_killed:
+            # 128 + 9 with no SGLang teardown line: sent from outside (docker kill, a supervisor).
             line = f"container {name} exit code {exit_code}: its main process ended by SIGKILL"
             found.append(Finding("killed-by-signal", line, t=t))
     return tuple(found)

@@ -88,6 +88,7 @@ class Seen:
                 gone=self.gone,
                 running=self.running,
                 t=self.t,
+                teardown=next((line for _, line in self.child_exits if "SIGQUIT" in line.upper()), None),
             ),
             *cgroup_findings(self.cgroup_first, self.cgroup_last, self.t),
             *process_findings(self.rank_processes, self.t),

@@ -116,8 +116,14 @@ _WARMUP_REQUEST = "/model_info"
 STACK_LEAD_S = 12.0
 STACK_MIN_QUIET_S = 2.0
 STACK_HOLD_S = 4.0
-# SGLang's own word that a child died (sglang 0.5.23 srt/utils/watchdog.py, srt/entrypoints/engine.py).
-_CHILD_EXIT = ("crashed with exit code", "scheduler died during initialization")
+# SGLang's own word that a child died (sglang 0.5.23 srt/utils/watchdog.py, srt/entrypoints/engine.py),
+# and that it is ending its process tree for it (its SIGQUIT handlers: engine.py, tokenizer_manager.py).
+_CHILD_EXIT = (
+    "crashed with exit code",
+    "scheduler died during initialization",
+    "Received sigquit from a child process",
+    "SIGQUIT received.",
+)
 
 
 def _wants_rank(title: str) -> bool:

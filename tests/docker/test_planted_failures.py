@@ -216,12 +216,20 @@ def test_sigkill_of_one_rank_after_ready_is_crashed_and_says_the_rank_and_the_si
     # SGLang's watchdog polls its children every second, then ends the server (SIGQUIT); the serving
     # watch sees the container go.
     assert run.result_at - run.server.done["killed"] < 10
-    # SGLang's own line ("Subprocess scheduler_1 ... crashed with exit code -9") is the direct
-    # evidence: the signal first, with that line; TP0's errors against its dead peer follow from it.
-    assert cause_ids(run)[:2] == ["killed-by-signal", "peer-died"], run.brief()
-    first = result["likely_causes"][0]
-    assert any("TP1" in line and "SIGKILL" in line for line in first["evidence"]), run.brief()
-    assert result["first_failure"].startswith("TP1") and "SIGKILL" in result["first_failure"], run.brief()
+    # Two races decide what is there to see. SGLang's watchdog polls its children every second and
+    # says "Subprocess scheduler_1 ... crashed with exit code -9" (or a sample sees TP1 a zombie killed
+    # by SIGKILL): then the signal is first, with TP1, and TP0's errors against its dead peer follow.
+    # TP0's next gloo call may fail first and SGLang ends itself (its SIGQUIT handler SIGKILLs its
+    # own main process: the container's 137 is that, no outside kill): then the peer's death is first
+    # and no signal is claimed.
+    direct = result["direct_evidence"]
+    said_sigkill = [line for line in direct if "TP1" in line and "SIGKILL" in line]
+    if said_sigkill:
+        assert cause_ids(run)[:2] == ["killed-by-signal", "peer-died"], run.brief()
+        assert result["first_failure"].startswith("TP1") and "SIGKILL" in result["first_failure"], run.brief()
+    else:
+        assert cause_ids(run)[0] == "peer-died" and "killed-by-signal" not in cause_ids(run), run.brief()
+        assert any("SGLang ended itself with SIGKILL" in line for line in direct), run.brief()
     assert_single_node_cpu(run)
 
 

@@ -192,3 +192,14 @@ def test_findings_keep_their_order_and_raise_once_per_line():
         "crashed", findings=(Finding("exited", "a"), Finding("exited", "a"), Finding("exited", "b"))
     )
     assert record.raised() == {"exited": ("a", "b")}
+
+
+def test_a_137_after_sglangs_own_sigquit_teardown_is_no_outside_kill():
+    """SGLang's SIGQUIT handler SIGKILLs its own main process (kill_process_tree, srt/utils/common.py
+    0.5.23): the container's 137 after its line is SGLang ending itself, never 'killed by a signal'."""
+    said = "[2026-12-05 16:30:01] SIGQUIT received. signum=3, frame=None. It usually means one child failed."
+    teardown = container_findings(name="c", running=False, exit_code=137, teardown=said)
+    assert [f.key for f in teardown] == ["exited", "sglang-teardown"]
+    assert "SGLang ended itself with SIGKILL after a child failed" in teardown[1].line
+    assert first_failure(teardown) is None
+    assert "killed-by-signal" in [f.key for f in container_findings(name="c", running=False, exit_code=137)]
