@@ -527,6 +527,12 @@ class DockerSource:
             found.append(ProcessStack(proc.pid, name, text, state, tuple(compiler_names(children))))
         return found
 
+    def cgroup_now(self) -> CgroupReading | None:
+        """The server cgroup's counters read now, while its first process lives: a verdict's last look
+        (an OOM kill the kernel counted after the last 2 s sample); None once it has gone."""
+        root_pid = (self.container.attrs.get("State") or {}).get("Pid")
+        return read_cgroup(root_pid) if root_pid else None
+
     def kernel_log(self) -> tuple[tuple[str, ...], str | None]:
         """The kernel's lines since the container's start (its OOM lines name the server's
         processes), or why it cannot be read (kit/runtime/kernel_log.py)."""

@@ -71,6 +71,8 @@ def seen_by(watcher: Watcher, now: float, container: str, upstream: UpstreamEvid
     # Only sources over real processes read the kernel's log (a replay's ranks are not the host's).
     read_kernel = getattr(watcher.source, "kernel_log", None)
     lines, note = read_kernel() if callable(read_kernel) else ((), None)
+    read_cgroup_now = getattr(watcher.source, "cgroup_now", None)
+    cgroup_now = read_cgroup_now() if callable(read_cgroup_now) else None
     return Seen(
         container=container,
         t=now,
@@ -80,7 +82,7 @@ def seen_by(watcher: Watcher, now: float, container: str, upstream: UpstreamEvid
         exit_code=None if state is None else state.exit_code,
         gone=bool(state and state.gone),
         cgroup_first=watcher.cgroup_first,
-        cgroup_last=watcher.cgroup_last,
+        cgroup_last=cgroup_now or watcher.cgroup_last,
         rank_processes=None if sample is None else sample.rank_processes,
         pid_ranks={**getattr(watcher.source, "pid_names", {}), **watcher.pid_ranks},
         child_exits=tuple(watcher.child_exits),
