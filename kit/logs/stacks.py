@@ -221,7 +221,10 @@ def classify_stack(
     rules: Sequence[FrameRule] | None = None,
 ) -> RankStack:
     """Classify one rank's dump. `compilers`: live compiler children of its process (their names);
-    `held`: its process state when it cannot run (stopped, tracing-stop, frozen)."""
+    `held`: its process state (psutil's word): kept when it cannot run (stopped, tracing-stop,
+    frozen); "sleeping" or "disk-sleep" also makes frames no row knows *sleeping*, as py-spy's
+    "idle" does (from the host, across PID namespaces, py-spy calls every thread active)."""
+    resting = held in ("sleeping", "disk-sleep")
     held = held if held in HELD_STATES else None
     frames, thread_state = main_thread(dump)
     if not frames:
@@ -258,7 +261,7 @@ def classify_stack(
                 held,
                 child=rule.child == "compiler",
             )
-    state = StackState.SLEEPING if thread_state == "idle" else StackState.UNKNOWN
+    state = StackState.SLEEPING if thread_state == "idle" or resting else StackState.UNKNOWN
     return RankStack(rank, pid, StackKind.OTHER, _chain(frames, 0), dump, state, "", "", held)
 
 

@@ -311,6 +311,10 @@ class Watcher:
             # never a reason to stop or remove what is loading.
             self._note_overrun(verdict, now)
             verdict = None
+        # A rank gone between two samples is a crash like a fatal line: under a restart policy it is
+        # held for the next attempt as well (judged at once, it raced the supervisor's restart).
+        if dead and not ended and (verdict is None or isinstance(verdict, Hung)):
+            verdict = self._rank_died(dead, now)
         if isinstance(verdict, Crashed) and not ended and self._may_restart():
             # Its supervisor may start it again: the next attempt decides, not this one's crash
             # (the watch ends once the server stays down, or at the last allowed attempt). A server
@@ -323,8 +327,6 @@ class Watcher:
             self._crash_held_since = None
         if ended and not isinstance(verdict, Crashed) and verdict is not None and verdict.kind != "ready":
             verdict = self._exited(verdict)
-        if dead and not ended and (verdict is None or isinstance(verdict, Hung)):
-            verdict = self._rank_died(dead, now)
         paused = self.paused_since is not None  # frozen stacks cannot confirm anything more
         if isinstance(verdict, Hung) and not ended and not paused and self._second_stack_due(now):
             verdict = None  # the stacks' second look is a few seconds away: it decides what HUNG rests on

@@ -195,3 +195,15 @@ def test_a_loader_while_no_counter_moves_is_standing_not_progress_and_twice_conf
         classify_stack("TP0", load("warmup-compile-TP0.txt"), compilers=("cc1plus",)), still=True
     )
     assert compiling.working and not compiling.standing_in_work
+
+
+def test_frames_no_row_knows_are_sleeping_when_py_spy_or_the_process_state_says_so():
+    """From the host py-spy calls every thread active (other PID namespace): the process's own state
+    (psutil: sleeping) decides then, as SGLANG_TEST_STUCK_SCHEDULER_INIT's sleep in __init__ shows."""
+    idle = load("stuck-init-TP0.txt")
+    active = idle.replace("(idle)", "(active)")
+    assert classify_stack("TP0", idle).state is StackState.SLEEPING
+    assert classify_stack("TP0", active).state is StackState.UNKNOWN
+    assert classify_stack("TP0", active, held="sleeping").state is StackState.SLEEPING
+    assert classify_stack("TP0", active, held="running").state is StackState.UNKNOWN
+    assert classify_stack("TP0", active, held="sleeping").held is None
