@@ -43,6 +43,7 @@ class Server:
         self.states = {"TP0": "sleeping", "TP1": "sleeping"}
         self.dumps: list[float] = []
         self.cpu_rate = 0.0  # cores the server's processes use
+        self.restart_policy: str | None = None  # the container's (docker's words)
         self.sample_s = 0.0  # how long reading the counters takes (docker stats: about a second)
 
     def clock(self) -> float:
@@ -69,7 +70,7 @@ class Server:
         )
 
     def state(self) -> SourceState:
-        return SourceState(running=True, paused=self.paused)
+        return SourceState(running=True, paused=self.paused, restart_policy=self.restart_policy)
 
     def drain(self, timeout_s):
         return []
@@ -212,6 +213,21 @@ def test_a_rank_gone_between_two_samples_ends_the_start_crashed_at_once():
     _, verdict, _ = watch(server, 60, kill_tp1_at_5)
     assert isinstance(verdict, Crashed) and verdict.rank == "TP1", verdict
     assert server.now - 5.0 <= 2.5
+
+
+def test_a_rank_gone_under_a_restart_policy_is_held_for_the_supervisor_not_judged_at_once():
+    """With on-failure, the next attempt decides: a rank gone is held like a fatal line (judged at
+    once, it raced the engine's restart and ended the watch on attempt 1)."""
+
+    def kill_tp1_at_5(server: Server) -> None:
+        if server.now >= 5.0:
+            server.states.pop("TP1", None)
+            server.stacks_text.pop("TP1", None)
+
+    server = Server()
+    server.restart_policy = "on-failure"
+    _, verdict, _ = watch(server, 15, kill_tp1_at_5)  # before the warm-up window (20 s) could end it
+    assert verdict is None, verdict
 
 
 def test_a_hung_start_keeps_both_stack_samples_in_the_result_and_the_bundle(tmp_path, monkeypatch):
