@@ -52,6 +52,9 @@ class StackKind(StrEnum):
 
 
 IDLE = frozenset({StackState.WAITING, StackState.SPINNING, StackState.SLEEPING})
+STANDING = "standing"  # a row's word for a place of work while no counter moved (RankStack.word)
+# The same, as rows say it (RankStack.word): a result read back has words, not RankStacks.
+IDLE_WORDS = frozenset({*(state.value for state in IDLE), STANDING})
 # Process states (psutil's words, or the cgroup's) in which nothing runs, whatever the stack says.
 HELD_STATES = frozenset({"stopped", "tracing-stop", "frozen"})
 
@@ -158,7 +161,7 @@ class RankStack:
     @property
     def word(self) -> str:
         """The state shown in rows: 'standing' for a place of work while no counter moved."""
-        return "standing" if self.standing_in_work else self.state.value
+        return STANDING if self.standing_in_work else self.state.value
 
     @property
     def idle(self) -> bool:

@@ -8,7 +8,9 @@ Three implementations drive the same Watcher, tracker and verdict code:
 
 A source over real processes (docker, host) also answers `kernel_log()`: the kernel's lines since
 the server's start (kit/runtime/kernel_log.py: /dev/kmsg, else `journalctl --dmesg`), whose OOM lines
-name the processes it killed, or why they cannot be read; a replay has none.
+name the processes it killed, or why they cannot be read; a replay has none. The Docker source also
+answers `cgroup_now()`: the server cgroup's counters at the verdict (an OOM kill counted after the
+last sample).
 
 A source gives timed log text (split on both `\\n` and `\\r`, so tqdm's progress counts as output),
 cumulative activity counters of the server's processes (CPU seconds, disk bytes read, network bytes

@@ -25,7 +25,7 @@ from kit.logs.evidence import (
 
 # The rank, span and cause rows are shared with `kit analyze` (one JSON shape, docs/schema/).
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
-from kit.logs.stacks import HangExplanation, RankStack, StackSample
+from kit.logs.stacks import IDLE_WORDS, HangExplanation, RankStack, StackSample
 from kit.runtime.nvml import GpuInventory
 from kit.startup.overrun import DeadlineRow
 
@@ -495,9 +495,7 @@ def verdict_lines(result: UpResult) -> list[str]:
         )
         lines.append(f"  missing: {rank}{detail}")
     # The ranks the log left in the phase, else those whose stacks stood idle; each as its stack says.
-    idle = tuple(
-        r.rank for r in result.stacks if r.held or r.state in ("waiting", "spinning", "sleeping", "standing")
-    )
+    idle = tuple(r.rank for r in result.stacks if r.held or r.state in IDLE_WORDS)
     stuck = result.stuck_ranks or (idle if result.verdict == "hung" else ())
     if stuck and not (result.waiting_ranks or result.missing_ranks):
         said = [f"{r} ({stacks[r].state})" if r in stacks and stacks[r].state else r for r in stuck]
