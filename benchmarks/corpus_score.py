@@ -1,7 +1,7 @@
 """How well `kit analyze` reads real logs, in-sample and out-of-sample, printed apart.
 
     .venv/bin/python benchmarks/corpus_score.py [--verbose] [--markdown]
-        [--only in-sample|out-of-sample|out-of-sample-2]
+        [--only in-sample|out-of-sample|out-of-sample-2|out-of-sample-3]
 
 Each log has the facts its thread established in the JSON beside it (`expected`). For each corpus
 this prints how often the outcome, the last milestone and the phase are right, and over the logs
@@ -19,7 +19,10 @@ counts, against the goals (90 % outcome and phase, 80 % top-3 cause).
   the shares.
 - **out-of-sample-2** (tests/fixtures/sglang-logs-oos2): 42 logs gathered for issue 37 and frozen in
   commit 6843c27 before any rule changed for it: serving stretches, crashes while serving, wrapped
-  logs, older and newer releases' words (its README).
+  logs, older and newer releases' words (its README). Out of sample for issue 37's first pass only:
+  its misses were read for the second pass (vLLM words, wrappers, phases), so it is tuned on since.
+- **out-of-sample-3** (tests/fixtures/sglang-logs-oos3): logs gathered for issue 37's second pass and
+  frozen before any rule changed for it (its README): the honest estimate now.
 
 `--markdown` prints the figures as the table docs/logs.md carries (one row per corpus), so the
 figures in the docs are the ones this script printed.
@@ -52,7 +55,12 @@ CORPORA = {
     ),
     "out-of-sample-2": (
         FIXTURES / "sglang-logs-oos2",
-        "gathered 2026-12-05, frozen in 6843c27 before issue 37's rules; labelled from passages and threads",
+        "gathered 2026-12-05, frozen in 6843c27 before issue 37's rules; out of sample for its first pass, "
+        "tuned on in its second (read the figures as fit)",
+    ),
+    "out-of-sample-3": (
+        FIXTURES / "sglang-logs-oos3",
+        "gathered 2026-12-05 for issue 37's second pass, frozen before its rules; never cited or tuned on",
     ),
 }
 GOALS = {"outcome": 0.90, "phase": 0.90, "top-3 cause": 0.80}

@@ -1,4 +1,4 @@
-"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, sglang-logs-oos2) stay out of sample.
+"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, -oos2, -oos3) stay out of sample.
 
 These logs were gathered after the causes book and the patterns were tuned; they are scored by
 benchmarks/corpus_score.py, never asserted against here (a test that the kit reads them right
@@ -18,7 +18,11 @@ from kit.logs.causes import default_causes
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 # Each out-of-sample folder and the day it was gathered (and frozen).
-GATHERED = {FIXTURES / "sglang-logs-oos": "2026-12-03", FIXTURES / "sglang-logs-oos2": "2026-12-05"}
+GATHERED = {
+    FIXTURES / "sglang-logs-oos": "2026-12-03",
+    FIXTURES / "sglang-logs-oos2": "2026-12-05",
+    FIXTURES / "sglang-logs-oos3": "2026-12-05",
+}
 LOGS = sorted(log for folder in GATHERED for log in folder.glob("*.log"))
 # Where the kit's reading of logs lives: the causes book, the patterns, the dialects' log lines.
 RULE_DIRS = (ROOT / "kit" / "logs", ROOT / "kit" / "dialects")
@@ -37,7 +41,8 @@ def _rule_text() -> str:
 
 
 @pytest.mark.parametrize(
-    ("folder", "least"), [(FIXTURES / "sglang-logs-oos", 15), (FIXTURES / "sglang-logs-oos2", 40)]
+    ("folder", "least"),
+    [(FIXTURES / "sglang-logs-oos", 15), (FIXTURES / "sglang-logs-oos2", 40), (FIXTURES / "sglang-logs-oos3", 40)],
 )
 def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(folder: Path, least: int):
     logs = sorted(folder.glob("*.log"))
@@ -56,6 +61,16 @@ def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(fo
             assert expected.get("cause_label"), f"{log.name}: say why no cause is labelled"
         else:
             assert expected["cause"] in causes, f"{log.name}: unknown cause {expected['cause']}"
+
+
+@pytest.mark.parametrize("folder", [FIXTURES / "sglang-logs-oos2", FIXTURES / "sglang-logs-oos3"])
+def test_issue_37s_sets_lean_on_the_rest_of_a_servers_life(folder: Path):
+    # Issue 37: at least 10 serving stretches and 5 logs wrapped by another tool in each set it froze.
+    facts = [_facts(log) for log in sorted(folder.glob("*.log"))]
+    serving = [f for f in facts if "serving" in f["stretch"]]
+    wrapped = [f for f in facts if f["wrapper"]]
+    assert len(serving) >= 10, f"{folder.name}: {len(serving)} serving stretches"
+    assert len(wrapped) >= 5, f"{folder.name}: {len(wrapped)} wrapped logs"
 
 
 def test_no_out_of_sample_log_shares_a_thread_with_the_in_sample_corpus_or_another_out_of_sample_log():
