@@ -144,3 +144,19 @@ def test_ray_worker_death_is_a_fatal_crash():
         " troubleshoot the problem, check the logs for the dead worker.",
     ])
     assert report.outcome == "crashed"
+
+
+def test_engine_dead_traceback_after_serving_is_fatal():
+    prefix = "(APIServer pid=1) ERROR 02-05 16:55:27 [async_llm.py:551] "
+    report = _report([
+        "(APIServer pid=1) INFO 02-05 16:55:00 [loggers.py:118] Engine 000: Avg prompt throughput: 1.5 tokens/s,"
+        " Avg generation throughput: 10.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%",
+    ] + [prefix + line for line in (
+        "AsyncLLM output_handler failed.",
+        "Traceback (most recent call last):",
+        '  File "/vllm/vllm/v1/engine/async_llm.py", line 521, in output_handler',
+        "    outputs = await engine_core.get_output_async()",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for"
+        " the root cause.",
+    )])
+    assert (report.outcome, report.phase) == ("crashed", "serving")
