@@ -206,7 +206,11 @@ class Reducer(Generic[Tracker]):
         # vLLM sends itself no warm-up request: its engine stats and admitted requests (dialect "vllm")
         # are the server at work even after its start-up lines (it prints no ready line of its own).
         after_startup = event.dialect == "vllm" and event.fields.get("kind") in ("engine_stats", "request")
-        if self.ready is None and (self.marks_n == 0 or after_startup) and event.fields.get("kind") != "stall":
+        if (
+            self.ready is None
+            and (self.marks_n == 0 or after_startup)
+            and event.fields.get("kind") != "stall"
+        ):
             self.ready = self.progress = seq
             self.phase = Phase.SERVING
             self.fields.update(ready_at=t, phase_since=t, serving_only=self.marks_n == 0)

@@ -490,13 +490,15 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
     ),
     # vLLM's other wordings across releases (V0 and V1), each a real printed line.
     (  # tests/fixtures/sglang-logs-oos2/oosb26 (V0 worker/model_runner.py)
-        "(VllmWorkerProcess pid=13105) INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took 2.3463 GB",
+        "(VllmWorkerProcess pid=13105) INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took"
+        " 2.3463 GB",
         Milestone.LOAD_END,
         "vllm",
         {"mem_gb": 2.3463},
     ),
     (  # V1 model_executor/model_loader/default_loader.py
-        "(EngineCore_0 pid=1234) INFO 08-20 10:01:02 [default_loader.py:262] Loading weights took 31.27 seconds",
+        "(EngineCore_0 pid=1234) INFO 08-20 10:01:02 [default_loader.py:262] Loading weights took"
+        " 31.27 seconds",
         Milestone.LOAD_END,
         "vllm",
         {"elapsed_s": 31.27},
@@ -563,9 +565,12 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         " encountered an issue. See stack trace (above) for the root cause.",
         Milestone.ERROR,
         "vllm",
-        {"kind": "engine_dead", "phase_hint": "serving",
-         "exception": "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack"
-         " trace (above) for the root cause."},
+        {
+            "kind": "engine_dead",
+            "phase_hint": "serving",
+            "exception": "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."
+            " See stack trace (above) for the root cause.",
+        },
     ),
     (  # V1 v1/engine/core.py run_engine_core
         "(EngineCore_0 pid=2651) ERROR 06-11 11:46:39 [core.py:517] EngineCore encountered a fatal error.",
@@ -602,12 +607,14 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
         Milestone.ERROR,
         "vllm",
-        {"kind": "engine_failed",
-         "exception": "RuntimeError: Engine process failed to start. See stack trace for the root cause."},
+        {
+            "kind": "engine_failed",
+            "exception": "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+        },
     ),
     (  # V1 v1/executor/multiproc_executor.py
-        "(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [multiproc_executor.py:154] Worker proc VllmWorker-0"
-        " died unexpectedly, shutting down executor.",
+        "(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [multiproc_executor.py:154] Worker proc"
+        " VllmWorker-0 died unexpectedly, shutting down executor.",
         Milestone.ERROR,
         "vllm",
         {"kind": "worker_died", "proc": "VllmWorker-0"},
@@ -616,8 +623,11 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
         Milestone.ERROR,
         "vllm",
-        {"kind": "worker_died",
-         "exception": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."},
+        {
+            "kind": "worker_died",
+            "exception": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing"
+            " this task.",
+        },
     ),
     (  # tests/fixtures/sglang-logs-oos2/oosb40 (Ray's raylet)
         "(raylet) A worker died or was killed while executing a task by an unexpected system error. To"
