@@ -277,12 +277,21 @@ class LogParser:
         head = self._classify(opener[:at]) if at > 0 else None
         if head is not None and head.milestone is Milestone.ERROR and head.fatal:
             fields["kind"], fatal = head.fields.get("kind", "traceback"), True
+        elif exception:
+            # So may its exception line: vLLM's `EngineDeadError: ...`, Ray's `ActorDiedError: ...`.
+            last = self._classify(exception)
+            if last is not None and last.milestone is Milestone.ERROR and last.fatal:
+                fields["kind"], fatal = last.fields.get("kind", "traceback"), True
         if pending.headless:
             fields["headless"] = True
         if exception:
             fields["exception"] = exception
         fields["traceback"] = "\n".join(pending.lines)
         hint = self._patterns.phase_of(fields["traceback"])
+        if hint is None and context and not _is_frame(context):
+            # The logging call's message before it may name the step whose frames the tail cut
+            # (vLLM's workers: 'Error executing method init_device. ...', then the traceback).
+            hint = self._patterns.phase_of(line_body(context))
         if hint is not None:
             fields["phase_hint"] = hint.value
         return Event(

@@ -203,10 +203,17 @@ class Reducer(Generic[Tracker]):
         log: `docker logs --tail`, a rotated file) it is a server past READY, serving; after start-up
         lines it is only evidence (the server's own warm-up request prints batches before READY)."""
         self.note(event, Note.SERVING)
-        if self.ready is None and self.marks_n == 0 and event.fields.get("kind") != "stall":
+        # vLLM sends itself no warm-up request: its engine stats and admitted requests (dialect "vllm")
+        # are the server at work even after its start-up lines (it prints no ready line of its own).
+        after_startup = event.dialect == "vllm" and event.fields.get("kind") in ("engine_stats", "request")
+        if (
+            self.ready is None
+            and (self.marks_n == 0 or after_startup)
+            and event.fields.get("kind") != "stall"
+        ):
             self.ready = self.progress = seq
             self.phase = Phase.SERVING
-            self.fields.update(ready_at=t, phase_since=t, serving_only=True)
+            self.fields.update(ready_at=t, phase_since=t, serving_only=self.marks_n == 0)
 
     def note(self, event: Event, note: Note) -> None:
         """Keep the first line of each note kind (per transport: P2P and SHM both matter)."""

@@ -488,6 +488,154 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "vllm",
         {"elapsed_s": 112.0},
     ),
+    # vLLM's other wordings across releases (V0 and V1), each a real printed line.
+    (  # tests/fixtures/sglang-logs-oos2/oosb26 (V0 worker/model_runner.py)
+        "(VllmWorkerProcess pid=13105) INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took"
+        " 2.3463 GB",
+        Milestone.LOAD_END,
+        "vllm",
+        {"mem_gb": 2.3463},
+    ),
+    (  # V1 model_executor/model_loader/default_loader.py
+        "(EngineCore_0 pid=1234) INFO 08-20 10:01:02 [default_loader.py:262] Loading weights took"
+        " 31.27 seconds",
+        Milestone.LOAD_END,
+        "vllm",
+        {"elapsed_s": 31.27},
+    ),
+    (  # V0 executor/cpu_executor.py
+        "INFO 06-11 09:12:44 cpu_executor.py:190] # CPU blocks: 2730",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb37 (V1 v1/core/kv_cache_utils.py)
+        "(EngineCore pid=4108) INFO 05-28 08:00:26 [kv_cache_utils.py:1710] GPU KV cache size: 46,368 tokens",
+        Milestone.KV_READY,
+        "vllm",
+        {},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb26 (V0 worker/model_runner.py)
+        "(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1024] Capturing the model for CUDA"
+        " graphs. This may lead to unexpected consequences if the model is not static.",
+        Milestone.CAPTURE_BEGIN,
+        "vllm",
+        {},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb37 (V1 gpu_model_runner.py, v0.10.2+)
+        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):   0%|          | 0/51 [00:00<?, ?it/s]",
+        Milestone.CAPTURE_BEGIN,
+        "vllm",
+        {"graph": "mixed prefill-decode", "backend": "PIECEWISE"},
+    ),
+    (  # V1 gpu_model_runner.py, v0.8-v0.10
+        "Capturing CUDA graph shapes: 100%|██████████| 67/67 [00:25<00:00,  2.63it/s]",
+        Milestone.CAPTURE_BEGIN,
+        "vllm",
+        {},
+    ),
+    (  # V1 v1/engine/core.py
+        "(EngineCore_DP0 pid=95672) INFO 10-28 13:27:50 [core.py:240] init engine (profile, create kv cache,"
+        " warmup model) took 2.67 seconds",
+        Milestone.CAPTURE_END,
+        "vllm",
+        {"elapsed_s": 2.67},
+    ),
+    (  # entrypoints/openai/api_server.py
+        "(APIServer pid=1) INFO 09-01 10:00:00 [api_server.py:1880] Starting vLLM API server 0 on http://0.0.0.0:8000",
+        Milestone.HTTP_UP,
+        "vllm",
+        {"url": "http://0.0.0.0:8000"},
+    ),
+    (  # V1 v1/metrics/loggers.py
+        "INFO 06-11 11:46:37 [loggers.py:118] Engine 001: Avg prompt throughput: 1.5 tokens/s, Avg generation"
+        " throughput: 10.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%",
+        Note.SERVING,
+        "vllm",
+        {"kind": "engine_stats"},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb13 (V0 engine/async_llm_engine.py)
+        "INFO 02-05 01:20:00 engine.py:275] Added request chatcmpl-87294cc938af457f9628dd82be72189c.",
+        Note.SERVING,
+        "vllm",
+        {"kind": "request"},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb12 (V1 v1/engine/exceptions.py), outside a traceback
+        "(APIServer pid=1) ERROR 02-05 16:55:27 vllm.v1.engine.exceptions.EngineDeadError: EngineCore"
+        " encountered an issue. See stack trace (above) for the root cause.",
+        Milestone.ERROR,
+        "vllm",
+        {
+            "kind": "engine_dead",
+            "phase_hint": "serving",
+            "exception": "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."
+            " See stack trace (above) for the root cause.",
+        },
+    ),
+    (  # V1 v1/engine/core.py run_engine_core
+        "(EngineCore_0 pid=2651) ERROR 06-11 11:46:39 [core.py:517] EngineCore encountered a fatal error.",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "engine_dead", "phase_hint": "serving"},
+    ),
+    (  # V1 v1/engine/core.py run_engine_core
+        "(EngineCore_0 pid=88) ERROR 06-11 11:40:01 [core.py:519] EngineCore failed to start.",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "engine_failed"},
+    ),
+    (  # V1 v1/engine/core_client.py
+        "(APIServer pid=215332) ERROR 09-05 01:15:59 [core_client.py:562] Engine core proc EngineCore_0 died"
+        " unexpectedly, shutting down client.",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "engine_dead", "proc": "EngineCore_0"},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb13 (V0 engine/multiprocessing/client.py)
+        "ERROR 02-05 01:21:05 client.py:300] RuntimeError('Engine process (pid 76) died.')",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "engine_dead", "exception": "Engine process (pid 76) died"},
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb13 (V0 entrypoints/launcher.py)
+        "CRITICAL 02-05 01:21:10 launcher.py:101] MQLLMEngine is already dead, terminating server process",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "engine_dead", "phase_hint": "serving"},
+    ),
+    (  # V0 entrypoints/openai/api_server.py
+        "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+        Milestone.ERROR,
+        "vllm",
+        {
+            "kind": "engine_failed",
+            "exception": "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+        },
+    ),
+    (  # V1 v1/executor/multiproc_executor.py
+        "(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [multiproc_executor.py:154] Worker proc"
+        " VllmWorker-0 died unexpectedly, shutting down executor.",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "worker_died", "proc": "VllmWorker-0"},
+    ),
+    (  # Ray's exception (ray/exceptions.py), vLLM's Ray executor
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+        Milestone.ERROR,
+        "vllm",
+        {
+            "kind": "worker_died",
+            "exception": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing"
+            " this task.",
+        },
+    ),
+    (  # tests/fixtures/sglang-logs-oos2/oosb40 (Ray's raylet)
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. To"
+        " troubleshoot the problem, check the logs for the dead worker.",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "worker_died"},
+    ),
     (  # vllm-project/vllm#8204 (uvicorn, which SGLang uses too)
         "[2024-09-05T00:38:34Z] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0',"
         " 44319): [errno 98] address already in use",
