@@ -241,7 +241,7 @@ def _human(report: AnalysisReport, out: Console) -> None:
         out.print("[bold]Likely causes:[/]")
         for number, cause in enumerate(report.likely_causes, start=1):
             because = (
-                " (generic: nothing in the log points at it)"
+                " (generic: rests on the phase alone; nothing in the log names it)"
                 if cause.generic
                 else f" (seen: {', '.join(cause.evidence)})"
             )

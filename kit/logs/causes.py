@@ -5,9 +5,14 @@ A cause whose precondition (`needs`: several nodes, a GPU, a proxy) is false on 
 offered; one whose facts are unknown (an offline log) is kept, its row saying which fact was unknown.
 Evidence decides the order: direct evidence (`raised_by`: the engine's Paused or OOMKilled, the
 cgroup's oom_kill, the kernel's OOM line, a process killed by a signal or stopped, a stack in a
-compiler) beats a raised exception, which beats an activity shape that fits the watch's
-measurements (quiet ranks, spinning ranks), which beats words, and all beat causes that merely fit
-the outcome and phase; those come last, marked generic.
+compiler) beats a cause whose exception or words are in the error's own class line (the
+`Name: message` line a traceback ends in: `torch.OutOfMemoryError: CUDA out of memory`), which beats
+an exception found elsewhere in the error (the wrapper's `Scheduler hit an exception`), which beats
+an activity shape that fits the watch's measurements (quiet ranks, spinning ranks), which beats
+words, and all beat causes that merely fit the outcome and phase; those come last, marked generic.
+A word found only on milestone lines (`Load weight end`, `Capture cuda graph begin`: what the parser
+reads as start-up progress) says where start-up stopped, which the phase already says: it counts as
+the phase, not as a word of the cause's own, and a cause with nothing else is generic.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from typing import Any
 
 from kit.logs.events import Phase
 from kit.logs.evidence import KEYS, NEEDS, WEIGHTS, Evidence, Facts
+from kit.logs.parser import parse_text
 
 OUTCOMES = frozenset({"ready", "crashed", "hung"})
 # Shapes of the activity a live verdict was reached on (kit/logs/activity.py ActivitySummary.shape).
 SHAPES = frozenset({"quiet", "spinning"})
 _ACTIVITY_SCORE = 200  # a measured shape outweighs one word (100), never an exception (1000)
-_RAISED_SCORE = 10_000  # direct evidence outweighs any exception or pattern
+_CLASS_SCORE = 10_000  # the error's class line names it: before any exception found elsewhere
+_RAISED_SCORE = 100_000  # direct evidence outweighs any exception or pattern
+_PHASE_WORD_SCORE = 10  # milestone words: the phase again, above the phase fit alone (at most 9)
 _PHASES = frozenset(p.value for p in Phase) | {"none"}
 _KEYS = frozenset(
     {
@@ -91,6 +99,41 @@ def _word(word: str) -> re.Pattern[str]:
 
 def found_words(words: tuple[str, ...], text: str) -> tuple[str, ...]:
     return tuple(word for word in words if _word(word).search(text))
+
+
+# The line an exception closes its traceback with, `Name: message` (kit/logs/parser.py reads it as
+# fields["exception"]), after any record prefix, and faulthandler's `Fatal Python error: ...`: the
+# line that names the error's class. The wrapper that reports it (`Scheduler hit an exception:
+# Traceback ...`) is no such line: its words are not one identifier.
+_CLASS_LINE = re.compile(
+    r"^(?:\[[^\]\n]*\]\s*)?(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)|Fatal Python error)"
+    r"(?=:)[^\n]*",
+    re.MULTILINE,
+)
+
+
+def class_lines(raised_text: str) -> str:
+    """The lines of the raised text that name the error's class, joined."""
+    return "\n".join(dict.fromkeys(m.group(0) for m in _CLASS_LINE.finditer(raised_text)))
+
+
+@cache
+def _progress_line(line: str) -> bool:
+    """The parser reads this line as a start-up milestone (and no error)."""
+    events = parse_text(line)
+    return bool(events) and all(e.milestone is not None and not e.is_error for e in events)
+
+
+def phase_words(words: tuple[str, ...], text: str) -> tuple[str, ...]:
+    """The words of `words` found in `text` only on milestone lines: they say where start-up
+    stopped (the phase), not what stopped it."""
+    lines = text.splitlines()
+    found = []
+    for word in words:
+        on = [line for line in lines if _word(word).search(line)]
+        if on and all(_progress_line(line.strip()) for line in on):
+            found.append(word)
+    return tuple(found)
 
 
 def _strings(raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -208,6 +251,7 @@ def rank_causes(record: Evidence, book: CauseBook | None = None, limit: int = 6)
     """
     text, raised_text, outcome = record.log_text, record.raised_text, record.outcome
     raised = record.raised()
+    classes = class_lines(raised_text)
     phase_name = "none" if record.phase is None else record.phase.value
     found: list[tuple[int, int, CauseMatch]] = []
     for order, cause in enumerate((book or default_causes()).causes):
@@ -229,6 +273,10 @@ def rank_causes(record: Evidence, book: CauseBook | None = None, limit: int = 6)
             continue
         hits = tuple(e for e in cause.exceptions if e in raised_text)
         words = tuple(w for w in found_words(cause.words, text) if w not in hits)
+        progress = phase_words(words, text)
+        words = tuple(w for w in words if w not in progress)
+        # The error's class line names this cause (rule: a named class before the generic wrapper).
+        named = any(e in classes for e in hits) or bool(found_words(words, classes))
         fits_phase = cause.phases is None or phase_name in cause.phases
         if not fits_phase and (record.phase_known or not (hits or words or direct)):
             continue
@@ -242,12 +290,14 @@ def rank_causes(record: Evidence, book: CauseBook | None = None, limit: int = 6)
         keys = sum(WEIGHTS.get(key, 1) for key in cause.raised_by if key in raised)
         score = (
             _RAISED_SCORE * keys
+            + _CLASS_SCORE * named
             + 1000 * len(hits)
             + _ACTIVITY_SCORE * len(shape)
             + 100 * len(words)
+            + _PHASE_WORD_SCORE * (generic and bool(progress))  # the phase: ranks only causes with nothing else
             + specific
         )
-        match = CauseMatch(cause, direct + hits + shape + words, generic, score, facts)
+        match = CauseMatch(cause, direct + hits + shape + words + progress, generic, score, facts)
         found.append((-score, order, match))
     found.sort(key=lambda item: (item[0], item[1]))
     return tuple(match for _, _, match in found[:limit])

@@ -208,3 +208,74 @@ def test_the_shipped_book_reads_quiet_and_spinning_as_the_issue_says():
         m.cause.id for m in match_causes("hung", Phase.CAPTURE, spin, device="cuda", activity="spinning")
     ]
     assert spinning[:2] == ["nccl-p2p", "pcie-acs"] and "custom-allreduce" not in spinning
+
+
+# -- a cause's own line before the phase and before the wrapper ---------------------------------------
+
+
+def test_words_found_only_on_milestone_lines_are_the_phase_not_a_word_of_the_cause():
+    # Real lines of tests/fixtures/sglang-logs/50_*: the pool step names `Load weight end` as a word,
+    # the KV-pool cause only the low memory after it; the milestone line says the phase, nothing more.
+    book = _book(
+        {"id": "pool", "phase": ["memory"], "words": ["avail-mem-low"]},
+        {"id": "step-stopped", "phase": ["memory"], "words": ["Load weight end", "avail-mem-low"]},
+        {"id": "step-only", "phase": ["memory"], "words": ["Load weight end"]},
+        {"id": "phase-only", "phase": ["memory"]},
+    )
+    log = (
+        "[2026-06-02 10:11:12 TP0] Load weight end. type=Gemma3ForConditionalGeneration, "
+        "dtype=torch.bfloat16, avail mem=2.10 GB, mem usage=17.20 GB.\navail-mem-low"
+    )
+    matches = match_causes("hung", Phase.MEMORY, log, book)
+    assert [(m.cause.id, m.generic) for m in matches] == [
+        ("pool", False),  # one word of its own each: the book's order
+        ("step-stopped", False),
+        ("step-only", True),  # the milestone line alone: it rests on the phase
+        ("phase-only", True),
+    ]
+    # The same word on a line that is no milestone is the cause's own.
+    own = match_causes("hung", Phase.MEMORY, "stuck after Load weight end for 20 min", book)
+    assert not next(m for m in own if m.cause.id == "step-only").generic
+
+
+def test_a_cause_the_error_class_line_names_comes_before_the_wrapper_that_reported_it():
+    # tests/fixtures/sglang-logs/47_*: gloo's RuntimeError reported by the scheduler's wrapper line.
+    book = _book(
+        {"id": "wrapper", "exceptions": ["Scheduler hit an exception"], "words": ["Scheduler hit an exception"]},
+        {"id": "peer", "words": ["Connection timed out"]},
+    )
+    raised = (
+        "[2026-06-17 06:48:31 TP6] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3105, in run_scheduler_process\n'
+        "[2026-06-17 06:48:31 TP4] RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] "
+        "Read error [node1-private-ip]:<port>: Connection timed out"
+    )
+    assert [m.cause.id for m in match_causes("crashed", None, raised, book, exception=raised)] == ["peer", "wrapper"]
+    # No class named (the traceback cut before its last line): the wrapper is the fallback.
+    cut = raised.rsplit("\n", 1)[0] + "\n    Connection timed out"
+    assert [m.cause.id for m in match_causes("crashed", None, cut, book, exception=cut)] == ["wrapper", "peer"]
+
+
+def test_the_book_knows_what_an_sm120_build_and_a_p2p_failure_print():
+    # Upstream's own words: torch's capability warning, ptxas via Triton, NCCL 2.28.9 p2p.cc.
+    arch = [
+        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+        "ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'",
+    ]
+    for line in arch:
+        found = match_causes("crashed", Phase.CAPTURE, line, device="cuda", exception=line)
+        assert found[0].cause.id == "wrong-arch", line
+    # A model config's `architectures=[...]` says nothing about the GPU (it once opened the gate).
+    config = "[2026-06-15 19:57:33 TP5] Hybrid swa model: self.hf_config.architectures=['DeepseekV4ForCausalLM']"
+    assert "wrong-arch" not in [m.cause.id for m in match_causes("crashed", Phase.INIT, config, device="cuda")]
+    # NCCL's P2P set-up failing, and a segfault inside SGLang's NCCL wrapper at init, are crashes
+    # (tests/fixtures/sglang-logs-oos/oos01_*'s lines).
+    segfault = (
+        "[2026-06-15 19:57:33 TP5] Init torch distributed begin.\n"
+        "Fatal Python error: Segmentation fault\n"
+        '  File "/site-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 1'
+    )
+    p2p = "host:1:2 [0] transport/p2p.cc:355 NCCL WARN failed to peer with device 1(=2000): 217 peer access is not supported between these two devices"
+    for text in (segfault, p2p):
+        found = match_causes("crashed", Phase.INIT, text, device="cuda", exception=text)
+        assert found[0].cause.id == "nccl-p2p" and not found[0].generic, text
