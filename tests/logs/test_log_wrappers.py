@@ -220,10 +220,16 @@ def test_rays_deduplication_note_comes_off_the_lines_it_ends():
     dedup = suffixes()[0].example
     plain = CAPTURE_TRACEBACK.read_text(encoding="utf-8")
     lines = plain.rstrip("\n").split("\n")
-    ends = [dedup if n == 3 else " [repeated 2x across cluster]" if n % 3 == 0 and line.strip() else "" for n, line in enumerate(lines)]
+    ends = [
+        dedup if n == 3 else " [repeated 2x across cluster]" if n % 3 == 0 and line.strip() else ""
+        for n, line in enumerate(lines)
+    ]
     wrapped = "".join(f"(WorkerDict pid=29239) {line}{end}\n" for line, end in zip(lines, ends, strict=True))
     report = analyze_text(wrapped)
-    assert [(w.kind, w.count) for w in report.wrappers] == [("ray", len(lines)), ("ray-dedup", sum(map(bool, ends)))]
+    assert [(w.kind, w.count) for w in report.wrappers] == [
+        ("ray", len(lines)),
+        ("ray-dedup", sum(map(bool, ends))),
+    ]
     assert _judged(wrapped) == _judged(plain)
     reader = Unwrapper()
     assert "\n".join(reader.line(piece) for piece in wrapped.split("\n")) == unwrap(wrapped).text == plain
