@@ -205,6 +205,14 @@ def test_a_stamped_traceback_cut_inside_its_frames_is_still_a_crash(stamp):
     assert report.outcome == "crashed"
     assert [w.kind for w in report.wrappers] == ["short-stamp"]
     assert _judged(stamped) == _judged("\n".join(cut) + "\n")
+    if not stamp.endswith(" "):  # no space after the stamp: each frame keeps its own indentation
+        assert unwrap(stamped).text == "\n".join(cut) + "\n"
+
+
+def test_a_github_actions_log_loses_its_byte_order_mark_with_the_first_stamp():
+    plain = CAPTURE_TRACEBACK.read_text(encoding="utf-8")
+    log = _wrap(plain, lambda n: ("\ufeff" if n == 0 else "") + "2025-01-01T00:00:00.0000000Z ")
+    assert unwrap(log).text == plain
 
 
 @pytest.mark.parametrize("suffix", suffixes(), ids=lambda w: w.kind)
