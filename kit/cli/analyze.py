@@ -156,6 +156,8 @@ def _human(report: AnalysisReport, out: Console) -> None:
             where += " (from the traceback)"
         elif report.phase_from == "serving":
             where += " (from its serving lines)"
+        elif report.phase_from == "progress":
+            where += " (from its progress bar)"
     else:
         where = "before any start-up phase" if report.phase_from or report.last_milestone else "phase unknown"
     last = report.last_milestone.value if report.last_milestone else "none"

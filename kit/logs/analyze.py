@@ -133,7 +133,7 @@ class AnalysisReport(_Frozen):
     exit_code: int
     last_milestone: Milestone | None
     phase: Phase | None
-    phase_from: Literal["milestones", "exception", "serving"] | None  # how the phase is known
+    phase_from: Literal["milestones", "exception", "serving", "progress"] | None  # how the phase is known
     dialect: str | None  # newest SGLang wording seen ("0.4", "0.5", "0.5.16", "0.5.21"), if any
     lines: int
     started_at: datetime | None

@@ -60,6 +60,9 @@ class Note(StrEnum):
     SERVING = "serving"
     DIFFUSION = "server.diffusion"  # SGLang's diffusion server (multimodal_gen): no LM start-up
     SOFT_WATCHDOG = "watchdog.soft"  # SGLang's soft watchdog fired (kit/logs/soft_watchdog.py)
+    # A step's own progress bar (the weight loader's shards, the graph runner's batches), its phase
+    # in `kind`: where the attempt printed no milestone, the phase of a crash after it.
+    PROGRESS = "progress"
 
 
 # Start-up order; ERROR has no place in it. Used to compare how far ranks got.

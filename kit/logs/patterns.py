@@ -51,6 +51,10 @@ class ExceptionPhase:
     phase: Phase
     messages: tuple[str, ...] = ()
     frames: tuple[str, ...] = ()
+    # Read only when no rule's message or frame applies: a library's words that say what was under
+    # way (torch: "... during CUDA graph capture") while the frames, where the paste has them, say
+    # which step did it (a lazily captured graph while serving is serving).
+    fallback_messages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,9 @@ class PatternSet:
         A message rule wins (`Capture cuda graph failed` is capture wherever it is raised); then
         the outermost frame naming a phase's own function: SGLang's and vLLM's start-up runs one
         function per phase (`load_model`, `init_cuda_graphs`, ...), and the frames below it are
-        the helpers it called, which can belong to any phase (a pynccl all-reduce in capture).
-        One regex of every message and one of every frame word say first whether any rule can
+        the helpers it called, which can belong to any phase (a pynccl all-reduce in capture);
+        last a rule's fallback message (torch's "... during CUDA graph capture"), where no frame
+        named the step. One regex of every message and one of every frame word say first whether any rule can
         apply: most error lines and most frames name none (a restart log has thousands).
         """
         messages, frames, called = self._phase_words
@@ -107,7 +112,18 @@ class PatternSet:
             for rule in self.exception_phases:
                 if any(message in text for message in rule.messages):
                     return rule.phase
-        if frames is None or TRACEBACK_FRAME not in text:
+        phase = self._frame_phase(text, frames, called)
+        if phase is None and self._fallback_words is not None and self._fallback_words.search(text):
+            for rule in self.exception_phases:
+                if any(message in text for message in rule.fallback_messages):
+                    return rule.phase
+        return phase
+
+    def _frame_phase(
+        self, text: str, frames: re.Pattern[str] | None, called: re.Pattern[str] | None
+    ) -> Phase | None:
+        """The phase of the outermost frame (or call under a frame) naming a rule's step."""
+        if frames is None or called is None or TRACEBACK_FRAME not in text:
             return None
         lines = text.splitlines()
         for index, line in enumerate(lines):
@@ -136,6 +152,11 @@ class PatternSet:
             return re.compile("|".join(re.escape(w + suffix) for w in words)) if words else None
 
         return any_of(messages), any_of(frames), any_of(frames, "(")
+
+    @functools.cached_property
+    def _fallback_words(self) -> re.Pattern[str] | None:
+        words = sorted({m for rule in self.exception_phases for m in rule.fallback_messages})
+        return re.compile("|".join(re.escape(w) for w in words)) if words else None
 
     @staticmethod
     def dialect_rank(dialect: str | None) -> tuple[int, ...]:
@@ -237,7 +258,7 @@ def _typed_groups(pattern: Pattern, fields: dict[str, Any]) -> Pattern:
 
 def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:
     where = f"patterns.toml [[exception_phase]] {raw.get('dialect')!r} {raw.get('phase')!r}"
-    unknown = set(raw) - {"dialect", "phase", "messages", "frames"}
+    unknown = set(raw) - {"dialect", "phase", "messages", "frames", "fallback_messages"}
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
     try:
@@ -245,9 +266,11 @@ def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:
     except ValueError:
         raise ValueError(f"{where}: `phase` must be one of {[p.value for p in Phase]}") from None
     messages, frames = tuple(raw.get("messages", ())), tuple(raw.get("frames", ()))
-    if (not messages and not frames) or not all(isinstance(w, str) and w for w in (*messages, *frames)):
-        raise ValueError(f"{where}: give non-empty `messages` and/or `frames` strings")
-    return ExceptionPhase(str(raw.get("dialect", "")), phase, messages, frames)
+    fallback = tuple(raw.get("fallback_messages", ()))
+    words = (*messages, *frames, *fallback)
+    if not words or not all(isinstance(w, str) and w for w in words):
+        raise ValueError(f"{where}: give non-empty `messages`, `frames` and/or `fallback_messages` strings")
+    return ExceptionPhase(str(raw.get("dialect", "")), phase, messages, frames, fallback)
 
 
 @cache

@@ -176,6 +176,8 @@ class Reducer(Generic[Tracker]):
                 self.serving(event, t, seq)
             elif note is Note.LAUNCH and self.get("launch") is None:
                 fields["launch"] = LaunchArgs.from_fields(event.fields)
+            elif note is Note.PROGRESS:  # not kept as a note: the bar is in the tail when it matters
+                fields["progress_phase"] = Phase(event.fields["kind"])
             else:
                 self.note(event, note)
             if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only

@@ -79,6 +79,7 @@ class Tracker:
     ready_at: float | None = None
     http_up: bool = False
     serving_only: bool = False  # READY read off serving lines: the attempt printed no start-up line
+    progress_phase: Phase | None = None  # the phase of the latest progress bar read (Note.PROGRESS)
     shut_down: bool = False
     tail: tuple[str, ...] = ()
     launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
@@ -444,6 +445,10 @@ class Tracker:
         hint = self.exception_phase(event) if phase is None or self.serving_only else None
         if hint is not None or phase is None:
             phase, phase_from = hint, None if hint is None else "exception"
+        # No milestone and no phase in the traceback: a step's progress bar (the weight loader's
+        # shards) was the last word on where start-up was.
+        if phase is None and self.progress_phase is not None:
+            phase, phase_from = self.progress_phase, "progress"
         return Crashed(
             phase=phase,
             evidence=tuple(evidence),

@@ -104,7 +104,8 @@ class Ready:
 @dataclass(frozen=True, slots=True)
 class Crashed:
     """`phase_from` says how the phase is known: "milestones", "exception" (the traceback's frames
-    or message, for pasted tails without milestones), or None when neither tells."""
+    or message, for pasted tails without milestones), "progress" (a step's progress bar, where
+    neither says), or None when none tells."""
 
     phase: Phase | None
     evidence: tuple[str, ...]

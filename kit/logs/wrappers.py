@@ -88,12 +88,21 @@ def _entries(raw: list[dict]) -> tuple[Wrapper, ...]:
 @cache
 def _table() -> dict[str, tuple[Wrapper, ...]]:
     raw = tomllib.loads(resources.files("kit.logs").joinpath("wrappers.toml").read_text(encoding="utf-8"))
-    return {"wrapper": _entries(raw["wrapper"]), "prefix": _entries(raw["prefix"])}
+    return {
+        "wrapper": _entries(raw["wrapper"]),
+        "suffix": _entries(raw.get("suffix", [])),
+        "prefix": _entries(raw["prefix"]),
+    }
 
 
 def wrappers() -> tuple[Wrapper, ...]:
     """The collector wrappers, in the order they are tried at a position."""
     return _table()["wrapper"]
+
+
+def suffixes() -> tuple[Wrapper, ...]:
+    """What a collector appends to some lines (Ray's deduplication note): sparse, found by its hint."""
+    return _table()["suffix"]
 
 
 def record_prefixes() -> tuple[Wrapper, ...]:
@@ -118,6 +127,12 @@ def line_body(line: str) -> str:
 def _after_newline(kind: str) -> re.Pattern[str]:
     wrapper = next(w for w in wrappers() if w.kind == kind)
     return re.compile("\n" + wrapper.regex.pattern)
+
+
+@cache
+def _at_line_ends(kind: str) -> re.Pattern[str]:
+    suffix = next(w for w in suffixes() if w.kind == kind)
+    return re.compile(suffix.regex.pattern, re.MULTILINE)
 
 
 def peel(line: str) -> list[tuple[Wrapper, str]]:
@@ -145,6 +160,8 @@ class Unwrapper:
         self._stripped: dict[str, int] = {}
         self._example: dict[str, str] = {}
         self._pending_sparse = [w for w in wrappers() if w.sparse]
+        self._pending_suffixes = list(suffixes())  # looked for in the head, by hint, like sparse kinds
+        self._suffixes: list[Wrapper] = []  # adopted suffixes
         self._sparse_misses = 0
         self._stripping = False  # something was adopted
         self._settled = False  # past the sample and the head: nothing more can be adopted
@@ -168,7 +185,7 @@ class Unwrapper:
             )
         if self._crlf_count:
             found.append(WrapperSeen("crlf", "CRLF line ends (a Windows copy)", self._crlf_count, "\\r\\n"))
-        for wrapper in self._order:
+        for wrapper in (*self._order, *self._suffixes):
             if self._stripped.get(wrapper.kind):
                 found.append(
                     WrapperSeen(
@@ -206,9 +223,16 @@ class Unwrapper:
                     self._sparse_misses += 1
             if self._sparse_misses >= _SPARSE_TRIES:  # `pid=` in the server's own words, not Ray's
                 self._pending_sparse = []
-        self._stripping = bool(self._ansi or self._crlf or self._order)
+        if head and self._pending_suffixes:
+            for suffix in [w for w in self._pending_suffixes if w.hint in line]:
+                found = suffix.regex.search(self._strip_codes(line))
+                if found is not None:
+                    self._example[suffix.kind] = found.group()
+                    self._suffixes.append(suffix)
+                    self._pending_suffixes.remove(suffix)
+        self._stripping = bool(self._ansi or self._crlf or self._order or self._suffixes)
         self._settled = self._lines >= _SAMPLE_LINES and self._chars >= _HEAD_CHARS
-        self._ansi_only = self._ansi and not (self._crlf or self._order)
+        self._ansi_only = self._ansi and not (self._crlf or self._order or self._suffixes)
         return self._strip(line) if self._stripping else line
 
     def _strip_codes(self, line: str) -> str:
@@ -233,7 +257,13 @@ class Unwrapper:
             if hit is not None:
                 pos = hit.end()
                 self._stripped[wrapper.kind] = self._stripped.get(wrapper.kind, 0) + 1
-        return line[pos:] if pos else line
+        line = line[pos:] if pos else line
+        for suffix in self._suffixes:
+            hit = suffix.regex.search(line)
+            if hit is not None:
+                line = line[: hit.start()]
+                self._stripped[suffix.kind] = self._stripped.get(suffix.kind, 0) + 1
+        return line
 
     def _learn(self, line: str, peeled: list[tuple[Wrapper, str]]) -> None:
         self._sampled += 1
@@ -335,6 +365,7 @@ class Unwrapper:
         if not self._crlf:
             wanted.append("\r\n")
         wanted.extend(w.hint for w in self._pending_sparse)
+        wanted.extend(w.hint for w in self._pending_suffixes)
         at = -1
         for literal in wanted:
             hit = found.get(literal)
@@ -380,6 +411,10 @@ class Unwrapper:
                 if n:
                     kinds[wrapper.kind] = n
             text = text[1:]
+        for suffix in self._suffixes:
+            text, n = _at_line_ends(suffix.kind).subn("", text)
+            if n:
+                kinds[suffix.kind] = n
         return (chunk if text is not chunk and text == chunk else text), ansi, crlf, kinds
 
 

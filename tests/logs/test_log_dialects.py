@@ -227,6 +227,38 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "serving",
         {"kind": "answered", "path": "/generate"},
     ),
+    # A step's own progress bar (dialect "progress"): 0.5.23 srt/model_loader/weight_utils.py's tqdm
+    # descs with its BAR_FORMAT, and the graph runner's 'Capturing batches' (decode_cuda_graph_runner.py).
+    (
+        "Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:03<00:04,  1.74it/s]",
+        Note.PROGRESS,
+        "progress",
+        {"kind": "load"},
+    ),
+    (
+        "Loading pt checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+        Note.PROGRESS,
+        "progress",
+        {"kind": "load"},
+    ),
+    (
+        "Multi-thread loading pt checkpoint shards:  50% Completed | 1/2 [00:09<00:09,  9.10s/it]",
+        Note.PROGRESS,
+        "progress",
+        {"kind": "load"},
+    ),
+    (
+        "Loading np_cache checkpoint shards: 100% Completed | 4/4 [00:01<00:00,  3.02it/s]",
+        Note.PROGRESS,
+        "progress",
+        {"kind": "load"},
+    ),
+    (
+        "Capturing batches (bs=160 avail_mem=20.12 GB):  35%|███▌      | 8/23 [00:03<00:05,  2.61it/s]",
+        Note.PROGRESS,
+        "progress",
+        {"kind": "capture"},
+    ),
     # The server stuck while serving, by its own word (0.5.23 http_server.py; utils/watchdog.py soft).
     (
         M + "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds."
@@ -706,7 +738,8 @@ def test_every_pattern_in_the_data_file_is_exercised_here():
     [
         "[2026-12-02 13:46:15 TP0] Decode batch: a note that names the words but is no batch line",
         M + 'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 503 Service Unavailable',  # not answered
-        "Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04,  1.74it/s]",
+        # transformers' bar, not SGLang's weight loader's
+        "Loading checkpoint shards:  50%|█████     | 7/14 [00:03<00:04,  1.74it/s]",
         "host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via IPC",
         "The process was Killed by a signal",  # 'Killed' must be the whole line
         M + "Subprocess detokenizer (pid=1) exited with exit code 0.",  # exit code 0 is no error

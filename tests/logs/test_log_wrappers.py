@@ -17,7 +17,7 @@ import pytest
 from kit.cli import main
 from kit.logs.analyze import analyze_text
 from kit.logs.schema import validate
-from kit.logs.wrappers import peel, unwrap, wrappers
+from kit.logs.wrappers import Unwrapper, peel, suffixes, unwrap, wrappers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SGLANG_LOGS = sorted((FIXTURES / "sglang-logs").glob("*.log"))
@@ -72,6 +72,23 @@ SHAPES = {
     "ray-pid": (lambda n: "(pid=123) " if n % 2 else "", ["ray"]),
     "ray-worker": (lambda n: "(RayWorkerWrapper pid=123, ip=10.0.0.2) ", ["ray"]),
     "ansi": (lambda n: "\x1b[32m", ["ansi"]),
+    # A CI console quoted in an issue comment: the Markdown quote, then Jenkins' Pipeline stamp.
+    "markdown-quote-jenkins": (
+        lambda n: "> [2025-11-06T02:10:00.702Z] ",
+        ["markdown-quote", "ci-timestamps"],
+    ),
+    "cri-file": (lambda n: "2024-01-01T00:00:00.123456789Z stdout F ", ["cri"]),
+    "cri-file-stderr-untagged": (lambda n: "2016-10-06T00:17:09.669794202Z stderr ", ["cri"]),
+    "github-actions": (
+        lambda n: ("\ufeff" if n == 0 else "") + "2025-01-01T00:00:00.0000000Z ",
+        ["timestamps"],
+    ),
+    "short-stamp": (lambda n: "04-20 13:32:25.784 ", ["short-stamp"]),
+    "short-stamp-unspaced": (lambda n: "04-20 13:32:25.784", ["short-stamp"]),
+    "pm2": (lambda n: "0|sglang  | ", ["pm2"]),
+    "ray-actor-repr": (lambda n: "(SGLangEngine(rank=0) pid=482120) ", ["ray"]),
+    "ray-actor-colour": (lambda n: "\x1b[36m(WorkerDict pid=29239)\x1b[0m ", ["ansi", "ray"]),
+    "srun-label": (lambda n: "0: ", []),  # a record prefix: looked past, not taken off
 }
 
 
@@ -124,7 +141,10 @@ def test_every_real_log_reads_the_same_under_compose_and_kubectl_prefixes(log):
 def test_an_unwrapped_real_log_loses_nothing_but_worker_prefixes(log):
     plain = log.read_text(encoding="utf-8", errors="replace")
     unwrapped = unwrap(plain)
-    assert {w.kind for w in unwrapped.seen} <= {"ray"}  # vLLM/Ray worker logs in the corpus
+    carried = {"ray", "ray-dedup"}  # vLLM/Ray worker logs in the corpus
+    if log.name.startswith("52_"):  # a CI console quoted in a comment: '> [2024-09-05T00:38:34Z] '
+        carried |= {"markdown-quote", "ci-timestamps"}
+    assert {w.kind for w in unwrapped.seen} <= carried
     if not unwrapped.seen:
         assert unwrapped.text is plain or unwrapped.text == plain
 
@@ -146,3 +166,78 @@ def test_real_pastes_from_public_issues(log):
 def test_text_that_only_looks_like_a_wrapper_on_a_few_lines_is_left_alone():
     text = CAPTURE_TRACEBACK.read_text(encoding="utf-8") + "table  | row\n"
     assert unwrap(text).text == text
+
+
+def test_a_ci_console_quoted_in_a_comment_is_read_as_the_console():
+    # A comment quoting a Jenkins Pipeline console: every line '> [ISO stamp] ', and Markdown's
+    # quoted blank line between the lines. SGLang 0.5.4's load_weights raising KeyError is load
+    # (the load rule's frame), and the main process' SIGQUIT line ends it.
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 632, in load_model',
+        "    self.load_weights_and_postprocess(",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_vl2.py", line 252, in load_weights',
+        "    param = params_dict[name]",
+        "            ~~~~~~~~~~~^^^^^^",
+        "KeyError: 'lm_head.weight'",
+        "",
+        "[2025-11-06 02:10:00] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    # The quote's blank lines stay (a line count is kept), and a blank line cuts a traceback: the
+    # phase comes from its frames, the exception line is read on its own.
+    plain = "".join(f"{line}\n\n" for line in body)
+    quoted = "".join(f"> [2025-11-06T02:10:00.702Z] {line}\n> \n" for line in body)
+    report = analyze_text(quoted)
+    assert (report.outcome, report.phase and report.phase.value) == ("crashed", "load")
+    assert [w.kind for w in report.wrappers] == ["markdown-quote", "ci-timestamps"]
+    assert _judged(quoted) == _judged(plain)
+
+
+@pytest.mark.parametrize("stamp", ["04-20 13:32:25.784", "04-20 13:32:25.784 "], ids=["unspaced", "spaced"])
+def test_a_stamped_traceback_cut_inside_its_frames_is_still_a_crash(stamp):
+    # A collector's 'MM-DD HH:MM:SS.mmm' stamp on each line of a traceback pasted without its opener
+    # or exception: its frames are read as frames (indented), so the paste is a crash, not a hang.
+    plain = CAPTURE_TRACEBACK.read_text(encoding="utf-8").split("\n")
+    frames = plain[plain.index("Traceback (most recent call last):") + 1 : -1]
+    cut = [line for line in frames if not line.startswith("Exception")][:-2]
+    stamped = "".join(f"{stamp}{line}\n" for line in cut)
+    report = analyze_text(stamped)
+    assert report.outcome == "crashed"
+    assert [w.kind for w in report.wrappers] == ["short-stamp"]
+    assert _judged(stamped) == _judged("\n".join(cut) + "\n")
+    if not stamp.endswith(" "):  # no space after the stamp: each frame keeps its own indentation
+        assert unwrap(stamped).text == "\n".join(cut) + "\n"
+
+
+def test_a_github_actions_log_loses_its_byte_order_mark_with_the_first_stamp():
+    plain = CAPTURE_TRACEBACK.read_text(encoding="utf-8")
+    log = _wrap(plain, lambda n: ("\ufeff" if n == 0 else "") + "2025-01-01T00:00:00.0000000Z ")
+    assert unwrap(log).text == plain
+
+
+@pytest.mark.parametrize("suffix", suffixes(), ids=lambda w: w.kind)
+def test_each_suffix_example_is_found_at_a_lines_end(suffix):
+    line = "(RayWorkerWrapper pid=5356) [2026-12-02 13:46:15 TP0] Load weight begin." + suffix.example
+    assert suffix.hint in suffix.example
+    assert suffix.regex.search(line).group() == suffix.example
+
+
+def test_rays_deduplication_note_comes_off_the_lines_it_ends():
+    # Ray prints a line several workers printed once, with ' [repeated Nx across cluster]' (the first
+    # time with its explanation): off, the log reads as the workers printed it, line by line or whole.
+    dedup = suffixes()[0].example
+    plain = CAPTURE_TRACEBACK.read_text(encoding="utf-8")
+    lines = plain.rstrip("\n").split("\n")
+    ends = [
+        dedup if n == 3 else " [repeated 2x across cluster]" if n % 3 == 0 and line.strip() else ""
+        for n, line in enumerate(lines)
+    ]
+    wrapped = "".join(f"(WorkerDict pid=29239) {line}{end}\n" for line, end in zip(lines, ends, strict=True))
+    report = analyze_text(wrapped)
+    assert [(w.kind, w.count) for w in report.wrappers] == [
+        ("ray", len(lines)),
+        ("ray-dedup", sum(map(bool, ends))),
+    ]
+    assert _judged(wrapped) == _judged(plain)
+    reader = Unwrapper()
+    assert "\n".join(reader.line(piece) for piece in wrapped.split("\n")) == unwrap(wrapped).text == plain
