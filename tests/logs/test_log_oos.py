@@ -94,6 +94,30 @@ def test_no_out_of_sample_log_shares_a_thread_with_the_in_sample_corpus_or_anoth
         seen[source] = log.name
 
 
+# A line stamped with a date or a time of day: two logs that share most such lines are one run.
+_STAMPED = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d-\d\d \d\d:\d\d:\d\d|\[\d\d:\d\d:\d\d")
+
+
+def _stamped_lines(log: Path) -> set[str]:
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return {line.strip() for line in text.splitlines() if len(line.strip()) > 30 and _STAMPED.search(line)}
+
+
+def test_no_out_of_sample_log_is_a_run_another_corpus_already_holds():
+    # A thread's address is not enough: one run gets pasted into two threads, and a source written as
+    # a repository path is not a URL (a fourth-set candidate repeated in-sample log 03 that way).
+    every = sorted(FIXTURES.glob("sglang-logs*/*.log"))
+    stamped = {log: _stamped_lines(log) for log in every}
+    for log in LOGS:
+        mine = stamped[log]
+        if len(mine) < 3:
+            continue
+        for other in every:
+            if other != log:
+                shared = len(mine & stamped[other])
+                assert shared * 2 <= len(mine), f"{log.name}: {shared} of its stamped lines are {other.name}'s"
+
+
 @pytest.mark.parametrize("log", LOGS, ids=[p.stem for p in LOGS])
 def test_no_rule_file_cites_an_out_of_sample_log_or_its_thread(log: Path):
     text = _rule_text()
