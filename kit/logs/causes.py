@@ -120,7 +120,9 @@ def build_base_rates(document: dict[str, Any]) -> BaseRates:
     for raw in document.get("shape", []):
         causes, counts = raw["causes"], raw["counts"]
         if len(causes) != len(counts):
-            raise ValueError(f"base_rates.toml {raw['outcome']}/{raw['phase']}: causes and counts differ in length")
+            raise ValueError(
+                f"base_rates.toml {raw['outcome']}/{raw['phase']}: causes and counts differ in length"
+            )
         rates[(raw["outcome"], raw["phase"])] = {
             cause: BaseRate(count, raw["labelled"]) for cause, count in zip(causes, counts, strict=True)
         }
@@ -348,7 +350,8 @@ def rank_causes(
             + 1000 * len(hits)
             + _ACTIVITY_SCORE * len(shape)
             + 100 * len(words)
-            + _PHASE_WORD_SCORE * (generic and bool(progress))  # the phase: ranks only causes with nothing else
+            + _PHASE_WORD_SCORE
+            * (generic and bool(progress))  # the phase: ranks only causes with nothing else
             + specific
         )
         basis = rate.basis(outcome, phase_name, cause.id) if generic and rate is not None else ""
