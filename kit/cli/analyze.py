@@ -243,7 +243,9 @@ def _human(report: AnalysisReport, out: Console) -> None:
         out.print("[bold]Likely causes:[/]")
         for number, cause in enumerate(report.likely_causes, start=1):
             because = (
-                " (generic: rests on the phase alone; nothing in the log names it)"
+                f" (generic: rests on {cause.basis}; nothing in the log names it)"
+                if cause.generic and cause.basis
+                else " (generic: rests on the phase alone; nothing in the log names it)"
                 if cause.generic
                 else f" (seen: {', '.join(cause.evidence)})"
             )

@@ -22,11 +22,12 @@ from kit.errors import ExitCode
 from kit.files import SKIPPED_MARK
 from kit.logs.attempts import Attempts, LaunchCounter, across_skipped
 from kit.logs.causes import match_causes
-from kit.logs.digest import digest_text
+from kit.logs.digest import OLD_RETRACT, digest_text
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
 from kit.logs.patterns import PatternSet
 from kit.logs.prefix import first_time
+from kit.logs.reducer import STALLS
 from kit.logs.rows import CauseRow, RankRow, SpanRow, cause_rows, rank_rows, span_rows
 from kit.logs.tracker import Tracker
 from kit.logs.verdicts import Crashed, Hung, PhaseLimits, Ready, Verdict
@@ -133,7 +134,8 @@ class AnalysisReport(_Frozen):
     exit_code: int
     last_milestone: Milestone | None
     phase: Phase | None
-    phase_from: Literal["milestones", "exception", "serving", "progress"] | None  # how the phase is known
+    # how the phase is known
+    phase_from: Literal["milestones", "exception", "serving", "progress", "nccl"] | None
     dialect: str | None  # newest SGLang wording seen ("0.4", "0.5", "0.5.16", "0.5.21"), if any
     lines: int
     started_at: datetime | None
@@ -223,6 +225,9 @@ def analyze_text(
     phase_from = verdict.phase_from if isinstance(verdict, Crashed) else ("milestones" if phase else None)
     if tracker.serving_only and phase_from == "milestones":  # no milestone in it: its serving lines
         phase_from = "serving"
+    mid_life = tracker.serving_only
+    if phase is None and tracker.last_milestone is None and outcome != "ready":
+        outcome, phase, phase_from, mid_life = _without_milestones(text, own, tracker, outcome, mid_life)
     stalled = _stalled(text, own) if outcome == "ready" else None
     if stalled is not None:
         # The server said it is stuck (no answer to its own health check, a soft watchdog) and no
@@ -285,7 +290,7 @@ def analyze_text(
         wrappers=[
             WrapperRow(kind=w.kind, title=w.title, count=w.count, example=w.example) for w in unwrapped.seen
         ],
-        mid_life=tracker.serving_only,
+        mid_life=mid_life,
         server="diffusion" if any(e.note is Note.DIFFUSION for e in own) else "language",
         serving=_serving(text, own, accept_floor),
     )
@@ -296,12 +301,49 @@ def _serving(text: str, events: list[Event], accept_floor: float | None) -> Serv
     return None if summary is None else ServingBlock.model_validate(summary)
 
 
+# NCCL's own INFO lines while it sets up a communicator (NCCL src/init.cc 'ncclCommInitRank ... Init
+# COMPLETE', src/transport/net.cc and net_ib.cc 'NET/IB : Using', 'Connected all rings', the transports'
+# 'via P2P/' and 'via SHM/'): a start-up's distributed init. Not the framework's 'is using nccl==' (its
+# library loaded, which says nothing of a communicator being built).
+_NCCL_SETUP = frozenset({Note.NCCL_NET, Note.NCCL_TRANSPORT, Note.NCCL_CONNECTED, Note.NCCL_INIT_COMPLETE})
+
+
+def _without_milestones(
+    text: str, events: list[Event], tracker: Tracker, outcome: Outcome, mid_life: bool
+) -> tuple[Outcome, Phase | None, str | None, bool]:
+    """Where a log that printed no milestone and whose errors name no phase was: (outcome, phase,
+    phase_from, mid_life), from its other lines.
+
+    - Only 0.3-0.4.6's retraction lines ('Decode out of memory happened. #retracted_reqs: N',
+      scheduler.py: the scheduler retracting requests from a running decode batch and going on) and
+      no error: a server serving (READY), as the newer retraction note says (patterns.toml).
+    - The scheduler watchdog's dump of its stuck batch (`scheduler.cur_batch_for_debug...`, written
+      only once start-up is done): hung while serving.
+    - A hang whose last step's sign is its progress bar (the weight loader's shards): that step, as a
+      crash's phase is read (kit/logs/tracker.py).
+    - NCCL's own set-up lines (_NCCL_SETUP) with no serving line, in a hang or before every error of
+      a crash: distributed init.
+    """
+    errors = [e for e in events if e.is_error]
+    serving = [e for e in events if e.note is Note.SERVING]
+    if outcome == "hung" and not errors and not serving and OLD_RETRACT in text:
+        return "ready", Phase.SERVING, "serving", True
+    if outcome == "hung" and any(e.fields.get("kind") == "stuck_batch" for e in serving):
+        return outcome, Phase.SERVING, "serving", mid_life
+    if outcome == "hung" and tracker.progress_phase is not None:
+        return outcome, tracker.progress_phase, "progress", mid_life
+    setup = [e for e in events if e.note in _NCCL_SETUP]
+    if setup and not serving and all(e.line_no > setup[0].line_no for e in errors):
+        return outcome, Phase.INIT, "nccl", mid_life
+    return outcome, None, None, mid_life
+
+
 def _stalled(text: str, events: list[Event]) -> Event | None:
     """The last serving-stall line (kind "stall": a failed health check, a soft watchdog) when no
     batch line came after it; None otherwise. Where the last batch line is: two searches from the
     end of the text and one count of its lines, not a read of every line."""
     stall = next(
-        (e for e in reversed(events) if e.note is Note.SERVING and e.fields.get("kind") == "stall"), None
+        (e for e in reversed(events) if e.note is Note.SERVING and e.fields.get("kind") in STALLS), None
     )
     if stall is None:
         return None

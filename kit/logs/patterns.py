@@ -55,6 +55,9 @@ class ExceptionPhase:
     # way (torch: "... during CUDA graph capture") while the frames, where the paste has them, say
     # which step did it (a lazily captured graph while serving is serving).
     fallback_messages: tuple[str, ...] = ()
+    # Its messages name the step that raised them even after a milestone of a later phase: vLLM
+    # prints 'Available KV cache memory' (kv.ready) before its KV check raises (PatternSet.phase_over).
+    over_milestones: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,14 @@ class PatternSet:
                 if any(message in text for message in rule.fallback_messages):
                     return rule.phase
         return phase
+
+    def phase_over(self, text: str) -> Phase | None:
+        """The phase a rule marked `over_milestones` names by its message in `text`, or None: the
+        step that raised, even when the milestones already said a later one began."""
+        for rule in self.exception_phases:
+            if rule.over_milestones and any(message in text for message in rule.messages):
+                return rule.phase
+        return None
 
     def _frame_phase(
         self, text: str, frames: re.Pattern[str] | None, called: re.Pattern[str] | None
@@ -258,7 +269,7 @@ def _typed_groups(pattern: Pattern, fields: dict[str, Any]) -> Pattern:
 
 def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:
     where = f"patterns.toml [[exception_phase]] {raw.get('dialect')!r} {raw.get('phase')!r}"
-    unknown = set(raw) - {"dialect", "phase", "messages", "frames", "fallback_messages"}
+    unknown = set(raw) - {"dialect", "phase", "messages", "frames", "fallback_messages", "over_milestones"}
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
     try:
@@ -270,7 +281,10 @@ def _exception_phase(raw: dict[str, Any]) -> ExceptionPhase:
     words = (*messages, *frames, *fallback)
     if not words or not all(isinstance(w, str) and w for w in words):
         raise ValueError(f"{where}: give non-empty `messages`, `frames` and/or `fallback_messages` strings")
-    return ExceptionPhase(str(raw.get("dialect", "")), phase, messages, frames, fallback)
+    over = raw.get("over_milestones", False)
+    if not isinstance(over, bool) or (over and not messages):
+        raise ValueError(f"{where}: `over_milestones` is true or false, and needs `messages`")
+    return ExceptionPhase(str(raw.get("dialect", "")), phase, messages, frames, fallback, over)
 
 
 @cache

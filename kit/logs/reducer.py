@@ -29,6 +29,10 @@ from kit.logs.events import (
 from kit.logs.launch import LaunchArgs
 from kit.logs.verdicts import PhaseSpan, RankState
 
+# Serving notes that say the server is stuck (a failed health check, a watchdog, its dump of the stuck
+# batch): never READY of themselves.
+STALLS = frozenset({"stall", "stuck_batch"})
+
 
 class FrozenTracker(Protocol):
     """What the reducer reads of the tracker it opens (kit/logs/tracker.py `Tracker`), declared here
@@ -211,7 +215,7 @@ class Reducer(Generic[Tracker]):
         if (
             self.ready is None
             and (self.marks_n == 0 or after_startup)
-            and event.fields.get("kind") != "stall"
+            and event.fields.get("kind") not in STALLS
         ):
             self.ready = self.progress = seq
             self.phase = Phase.SERVING

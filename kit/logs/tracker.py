@@ -34,6 +34,7 @@ from kit.logs.events import (
     Rank,
 )
 from kit.logs.launch import ExpectedRank, LaunchArgs
+from kit.logs.patterns import default_patterns
 from kit.logs.reducer import Log, Reducer
 from kit.logs.stacks import StackSample, moved, stack_basis
 from kit.logs.verdicts import (
@@ -449,6 +450,15 @@ class Tracker:
         # shards) was the last word on where start-up was.
         if phase is None and self.progress_phase is not None:
             phase, phase_from = self.progress_phase, "progress"
+        # A message that names the step which raised it, after a milestone of a later phase.
+        if phase is not None and phase_from == "milestones":
+            raised = "\n".join(
+                str(e.fields.get("exception") or e.fields.get("traceback") or e.text)
+                for e in (event, *self.recent_errors)
+            )
+            over = default_patterns().phase_over(raised)
+            if over is not None:
+                phase, phase_from = over, "exception"
         return Crashed(
             phase=phase,
             evidence=tuple(evidence),

@@ -703,6 +703,14 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "launch",
         {"kind": "vllm_args", "tp": 2, "pp": 1},
     ),
+    # SGLang 0.5.23 srt/managers/scheduler_components/invariant_checker.py dump_info, printed by
+    # srt/utils/watchdog.py when a batch made no progress (only once start-up is done)
+    (
+        "scheduler.cur_batch_for_debug.batch_size()=1",
+        Note.SERVING,
+        "serving",
+        {"kind": "stuck_batch"},
+    ),
     # SGLang 0.5.23 srt/utils/watchdog.py, the soft watchdog (its own block in patterns.toml)
     (
         M + "TokenizerManager watchdog timeout (self.watchdog_timeout=60.0, self.soft=True)",
