@@ -64,7 +64,8 @@ CORPORA = {
     ),
     "out-of-sample-3": (
         FIXTURES / "sglang-logs-oos3",
-        "gathered 2026-12-05 for issue 37's second pass, frozen before its rules; out of sample for that pass, "
+        "gathered 2026-12-05 for issue 37's second pass, frozen before its rules; "
+        "out of sample for that pass, "
         "tuned on in its third (read the figures as fit)",
     ),
     "out-of-sample-4": (

@@ -152,7 +152,8 @@ def found_words(words: tuple[str, ...], text: str) -> tuple[str, ...]:
 # line that names the error's class. The wrapper that reports it (`Scheduler hit an exception:
 # Traceback ...`) is no such line: its words are not one identifier.
 _CLASS_LINE = re.compile(
-    r"^(?:\[[^\]\n]*\]\s*)?(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)|Fatal Python error)"
+    r"^(?:\[[^\]\n]*\]\s*)?(?:[A-Za-z_]\w*\.)*"
+    r"(?:[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)|Fatal Python error)"
     r"(?=:)[^\n]*",
     re.MULTILINE,
 )

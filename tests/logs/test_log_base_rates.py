@@ -60,7 +60,10 @@ def test_a_serving_traceback_cut_before_its_class_line_lists_what_such_crashes_w
 
 
 def test_a_hung_capture_lists_compile_running_beside_capture_hang():
-    stop = "[2025-09-01 12:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.1"
+    stop = (
+        "[2025-09-01 12:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. "
+        "avail mem=20.1"
+    )
     ids = [m.cause.id for m in match_causes("hung", Phase.CAPTURE, stop)]
     assert {"compile-running", "capture-hang"} <= set(ids[:3]), ids
 

@@ -241,33 +241,49 @@ def test_words_found_only_on_milestone_lines_are_the_phase_not_a_word_of_the_cau
 def test_a_cause_the_error_class_line_names_comes_before_the_wrapper_that_reported_it():
     # tests/fixtures/sglang-logs/47_*: gloo's RuntimeError reported by the scheduler's wrapper line.
     book = _book(
-        {"id": "wrapper", "exceptions": ["Scheduler hit an exception"], "words": ["Scheduler hit an exception"]},
+        {
+            "id": "wrapper",
+            "exceptions": ["Scheduler hit an exception"],
+            "words": ["Scheduler hit an exception"],
+        },
         {"id": "peer", "words": ["Connection timed out"]},
     )
     raised = (
         "[2026-06-17 06:48:31 TP6] Scheduler hit an exception: Traceback (most recent call last):\n"
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3105, in run_scheduler_process\n'
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3105, '
+        "in run_scheduler_process\n"
         "[2026-06-17 06:48:31 TP4] RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] "
         "Read error [node1-private-ip]:<port>: Connection timed out"
     )
-    assert [m.cause.id for m in match_causes("crashed", None, raised, book, exception=raised)] == ["peer", "wrapper"]
+    assert [m.cause.id for m in match_causes("crashed", None, raised, book, exception=raised)] == [
+        "peer",
+        "wrapper",
+    ]
     # No class named (the traceback cut before its last line): the wrapper is the fallback.
     cut = raised.rsplit("\n", 1)[0] + "\n    Connection timed out"
-    assert [m.cause.id for m in match_causes("crashed", None, cut, book, exception=cut)] == ["wrapper", "peer"]
+    assert [m.cause.id for m in match_causes("crashed", None, cut, book, exception=cut)] == [
+        "wrapper",
+        "peer",
+    ]
 
 
 def test_the_book_knows_what_an_sm120_build_and_a_p2p_failure_print():
     # Upstream's own words: torch's capability warning, ptxas via Triton, NCCL 2.28.9 p2p.cc.
     arch = [
-        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible "
+        "with the current PyTorch installation.",
         "ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'",
     ]
     for line in arch:
         found = match_causes("crashed", Phase.CAPTURE, line, device="cuda", exception=line)
         assert found[0].cause.id == "wrong-arch", line
     # A model config's `architectures=[...]` says nothing about the GPU (it once opened the gate).
-    config = "[2026-06-15 19:57:33 TP5] Hybrid swa model: self.hf_config.architectures=['DeepseekV4ForCausalLM']"
-    assert "wrong-arch" not in [m.cause.id for m in match_causes("crashed", Phase.INIT, config, device="cuda")]
+    config = (
+        "[2026-06-15 19:57:33 TP5] Hybrid swa model: self.hf_config.architectures=['DeepseekV4ForCausalLM']"
+    )
+    assert "wrong-arch" not in [
+        m.cause.id for m in match_causes("crashed", Phase.INIT, config, device="cuda")
+    ]
     # NCCL's P2P set-up failing, and a segfault inside SGLang's NCCL wrapper at init, are crashes
     # (tests/fixtures/sglang-logs-oos/oos01_*'s lines).
     segfault = (
@@ -275,7 +291,10 @@ def test_the_book_knows_what_an_sm120_build_and_a_p2p_failure_print():
         "Fatal Python error: Segmentation fault\n"
         '  File "/site-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 1'
     )
-    p2p = "host:1:2 [0] transport/p2p.cc:355 NCCL WARN failed to peer with device 1(=2000): 217 peer access is not supported between these two devices"
+    p2p = (
+        "host:1:2 [0] transport/p2p.cc:355 NCCL WARN failed to peer with device 1(=2000): "
+        "217 peer access is not supported between these two devices"
+    )
     for text in (segfault, p2p):
         found = match_causes("crashed", Phase.INIT, text, device="cuda", exception=text)
         assert found[0].cause.id == "nccl-p2p" and not found[0].generic, text

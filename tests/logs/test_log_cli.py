@@ -51,7 +51,17 @@ def test_json_report_shape(capsys):
     assert report["exit_code"] == 1
     assert report["attempt"]["summary"] == "attempt 1 of 1"
     cause = report["likely_causes"][0]
-    assert set(cause) == {"id", "title", "why", "what_to_try", "evidence", "generic", "source", "facts", "basis"}
+    assert set(cause) == {
+        "id",
+        "title",
+        "why",
+        "what_to_try",
+        "evidence",
+        "generic",
+        "source",
+        "facts",
+        "basis",
+    }
     assert cause["id"] == "peer-unreachable" and cause["generic"] is False
     assert all(isinstance(step, str) for step in cause["what_to_try"])
     assert all({"line_no", "rank", "text"} == set(line) for line in report["evidence"])

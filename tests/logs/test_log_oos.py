@@ -115,7 +115,9 @@ def test_no_out_of_sample_log_is_a_run_another_corpus_already_holds():
         for other in every:
             if other != log:
                 shared = len(mine & stamped[other])
-                assert shared * 2 <= len(mine), f"{log.name}: {shared} of its stamped lines are {other.name}'s"
+                assert shared * 2 <= len(mine), (
+                    f"{log.name}: {shared} of its stamped lines are {other.name}'s"
+                )
 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.stem for p in LOGS])
