@@ -1,4 +1,4 @@
-"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, -oos2, -oos3, -oos4) stay out of sample.
+"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, -oos2 ... -oos5) stay out of sample.
 
 These logs were gathered after the causes book and the patterns were tuned; they are scored by
 benchmarks/corpus_score.py, never asserted against here (a test that the kit reads them right
@@ -23,6 +23,7 @@ GATHERED = {
     FIXTURES / "sglang-logs-oos2": "2026-12-05",
     FIXTURES / "sglang-logs-oos3": "2026-12-05",
     FIXTURES / "sglang-logs-oos4": "2026-12-05",
+    FIXTURES / "sglang-logs-oos5": "2026-12-05",
 }
 LOGS = sorted(log for folder in GATHERED for log in folder.glob("*.log"))
 # Where the kit's reading of logs lives: the causes book, the patterns, the dialects' log lines.
@@ -48,6 +49,7 @@ def _rule_text() -> str:
         (FIXTURES / "sglang-logs-oos2", 40),
         (FIXTURES / "sglang-logs-oos3", 40),
         (FIXTURES / "sglang-logs-oos4", 40),
+        (FIXTURES / "sglang-logs-oos5", 40),
     ],
 )
 def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(folder: Path, least: int):
@@ -70,7 +72,8 @@ def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(fo
 
 
 @pytest.mark.parametrize(
-    "folder", [FIXTURES / "sglang-logs-oos2", FIXTURES / "sglang-logs-oos3", FIXTURES / "sglang-logs-oos4"]
+    "folder",
+    [FIXTURES / f"sglang-logs-oos{n}" for n in (2, 3, 4, 5)],
 )
 def test_issue_37s_sets_lean_on_the_rest_of_a_servers_life(folder: Path):
     # Issue 37: at least 10 serving stretches and 5 logs wrapped by another tool in each set it froze.
