@@ -182,6 +182,9 @@ class Reducer(Generic[Tracker]):
                 fields["launch"] = LaunchArgs.from_fields(event.fields)
             elif note is Note.PROGRESS:  # not kept as a note: the bar is in the tail when it matters
                 fields["progress_phase"] = Phase(event.fields["kind"])
+            elif note is Note.DIFFUSION and "kind" in event.fields:  # its load step's bar: a note too
+                fields["diffusion_phase"] = Phase(event.fields["kind"])
+                self.note(event, note)
             else:
                 self.note(event, note)
             if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only

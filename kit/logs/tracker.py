@@ -81,6 +81,9 @@ class Tracker:
     http_up: bool = False
     serving_only: bool = False  # READY read off serving lines: the attempt printed no start-up line
     progress_phase: Phase | None = None  # the phase of the latest progress bar read (Note.PROGRESS)
+    # The diffusion server's load bar ('Loading required modules'): a crash's phase; a hang that stops
+    # there is labelled with no phase (no language-model step applies to that server).
+    diffusion_phase: Phase | None = None
     shut_down: bool = False
     tail: tuple[str, ...] = ()
     launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
@@ -448,8 +451,9 @@ class Tracker:
             phase, phase_from = hint, None if hint is None else "exception"
         # No milestone and no phase in the traceback: a step's progress bar (the weight loader's
         # shards) was the last word on where start-up was.
-        if phase is None and self.progress_phase is not None:
-            phase, phase_from = self.progress_phase, "progress"
+        bar = self.progress_phase or self.diffusion_phase
+        if phase is None and bar is not None:
+            phase, phase_from = bar, "progress"
         # A message that names the step which raised it, after a milestone of a later phase.
         if phase is not None and phase_from == "milestones":
             raised = "\n".join(
