@@ -208,6 +208,13 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "serving",
         {"kind": "retract"},
     ),
+    (  # 0.3-0.4.6 scheduler.py, scanned by the 'new_token_ratio: ' inside it
+        "[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio:"
+        " 0.1474 -> 0.1845",
+        Note.SERVING,
+        "serving",
+        {"kind": "retract"},
+    ),
     (
         P + "ReqTimeStats(rid=ab12, input_len=20, cached_input_len=0, output_len=8, attempts=1,"
         " type=unified): queue=0.10ms",
