@@ -22,7 +22,7 @@ from kit.errors import ExitCode
 from kit.files import SKIPPED_MARK
 from kit.logs.attempts import Attempts, LaunchCounter, across_skipped
 from kit.logs.causes import match_causes
-from kit.logs.digest import OLD_RETRACT, digest_text
+from kit.logs.digest import digest_text
 from kit.logs.events import Event, Milestone, Note, Phase
 from kit.logs.parser import parse_text
 from kit.logs.patterns import PatternSet
@@ -221,13 +221,16 @@ def analyze_text(
     def when(seconds: float | None) -> datetime | None:
         return None if base is None or seconds is None else base + timedelta(seconds=seconds)
 
+    # Where no milestone says the phase, the tracker read it off the attempt's other lines (a watchdog's
+    # stuck-batch dump, a step's bar, NCCL's set-up lines: Tracker.unmarked_phase), as the live watch does.
     phase = verdict.phase if isinstance(verdict, Crashed | Hung) else tracker.phase
-    phase_from = verdict.phase_from if isinstance(verdict, Crashed) else ("milestones" if phase else None)
+    if isinstance(verdict, Crashed | Hung):
+        phase_from = verdict.phase_from
+    else:
+        phase_from = "milestones" if phase else None
     if tracker.serving_only and phase_from == "milestones":  # no milestone in it: its serving lines
         phase_from = "serving"
     mid_life = tracker.serving_only
-    if phase is None and tracker.last_milestone is None and outcome != "ready":
-        outcome, phase, phase_from, mid_life = _without_milestones(text, own, tracker, outcome, mid_life)
     stalled = _stalled(text, own) if outcome == "ready" else None
     if stalled is not None:
         # The server said it is stuck (no answer to its own health check, a soft watchdog) and no
@@ -299,43 +302,6 @@ def analyze_text(
 def _serving(text: str, events: list[Event], accept_floor: float | None) -> ServingBlock | None:
     summary = digest_text(text, events, accept_floor)
     return None if summary is None else ServingBlock.model_validate(summary)
-
-
-# NCCL's own INFO lines while it sets up a communicator (NCCL src/init.cc 'ncclCommInitRank ... Init
-# COMPLETE', src/transport/net.cc and net_ib.cc 'NET/IB : Using', 'Connected all rings', the transports'
-# 'via P2P/' and 'via SHM/'): a start-up's distributed init. Not the framework's 'is using nccl==' (its
-# library loaded, which says nothing of a communicator being built).
-_NCCL_SETUP = frozenset({Note.NCCL_NET, Note.NCCL_TRANSPORT, Note.NCCL_CONNECTED, Note.NCCL_INIT_COMPLETE})
-
-
-def _without_milestones(
-    text: str, events: list[Event], tracker: Tracker, outcome: Outcome, mid_life: bool
-) -> tuple[Outcome, Phase | None, str | None, bool]:
-    """Where a log that printed no milestone and whose errors name no phase was: (outcome, phase,
-    phase_from, mid_life), from its other lines.
-
-    - Only 0.3-0.4.6's retraction lines ('Decode out of memory happened. #retracted_reqs: N',
-      scheduler.py: the scheduler retracting requests from a running decode batch and going on) and
-      no error: a server serving (READY), as the newer retraction note says (patterns.toml).
-    - The scheduler watchdog's dump of its stuck batch (`scheduler.cur_batch_for_debug...`, written
-      only once start-up is done): hung while serving.
-    - A hang whose last step's sign is its progress bar (the weight loader's shards): that step, as a
-      crash's phase is read (kit/logs/tracker.py).
-    - NCCL's own set-up lines (_NCCL_SETUP) with no serving line, in a hang or before every error of
-      a crash: distributed init.
-    """
-    errors = [e for e in events if e.is_error]
-    serving = [e for e in events if e.note is Note.SERVING]
-    if outcome == "hung" and not errors and not serving and OLD_RETRACT in text:
-        return "ready", Phase.SERVING, "serving", True
-    if outcome == "hung" and any(e.fields.get("kind") == "stuck_batch" for e in serving):
-        return outcome, Phase.SERVING, "serving", mid_life
-    if outcome == "hung" and tracker.progress_phase is not None:
-        return outcome, tracker.progress_phase, "progress", mid_life
-    setup = [e for e in events if e.note in _NCCL_SETUP]
-    if setup and not serving and all(e.line_no > setup[0].line_no for e in errors):
-        return outcome, Phase.INIT, "nccl", mid_life
-    return outcome, None, None, mid_life
 
 
 def _stalled(text: str, events: list[Event]) -> Event | None:

@@ -62,7 +62,6 @@ _NAMES = {
 MEASURES = tuple(dict.fromkeys(_NAMES.values()))
 _PREFILL_MEASURES = frozenset({"kv_usage", "mamba_usage"})  # its #running-req is before the batch
 _REQUESTS = ("ReqTimeStats(rid=", "Req Time Stats(rid=")
-OLD_RETRACT = "Decode out of memory happened"
 
 
 @dataclass
@@ -83,11 +82,9 @@ class ServingDigest:
 
     def add_text(self, text: str) -> None:
         """A buffer of whole lines: a live line, or a whole log."""
-        if "batch" not in text and "Stats(rid=" not in text and OLD_RETRACT not in text:
+        if "batch" not in text and "Stats(rid=" not in text:
             return
         if len(text) <= SAMPLE_BYTES:
-            # 0.3-0.4.6's retraction wording has no scan of its own (patterns.toml): counted here.
-            self.retractions += text.count(OLD_RETRACT)
             if self.decode_batches is not None:
                 self.decode_batches += text.count("Decode batch")
                 self.prefill_batches += text.count("Prefill batch")  # type: ignore[operator]

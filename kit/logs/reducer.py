@@ -32,6 +32,11 @@ from kit.logs.verdicts import PhaseSpan, RankState
 # Serving notes that say the server is stuck (a failed health check, a watchdog, its dump of the stuck
 # batch): never READY of themselves.
 STALLS = frozenset({"stall", "stuck_batch"})
+# NCCL's own INFO lines while it sets up a communicator (NCCL src/init.cc 'ncclCommInitRank ... Init
+# COMPLETE', src/transport/net.cc and net_ib.cc 'NET/IB : Using', 'Connected all rings', the transports'
+# 'via P2P/' and 'via SHM/'): a start-up's distributed init. Not the framework's 'is using nccl==' (its
+# library loaded, which says nothing of a communicator being built).
+NCCL_SETUP = frozenset({Note.NCCL_NET, Note.NCCL_TRANSPORT, Note.NCCL_CONNECTED, Note.NCCL_INIT_COMPLETE})
 
 
 class FrozenTracker(Protocol):
@@ -174,6 +179,8 @@ class Reducer(Generic[Tracker]):
             self.last = t
         note = event.note
         if note is not None:
+            if note in NCCL_SETUP and self.get("nccl_setup_seq") is None:
+                fields["nccl_setup_seq"] = seq
             if note is Note.SHUTDOWN:
                 fields["shut_down"] = True
             elif note is Note.SERVING:
@@ -182,6 +189,9 @@ class Reducer(Generic[Tracker]):
                 fields["launch"] = LaunchArgs.from_fields(event.fields)
             elif note is Note.PROGRESS:  # not kept as a note: the bar is in the tail when it matters
                 fields["progress_phase"] = Phase(event.fields["kind"])
+            elif note is Note.DIFFUSION and "kind" in event.fields:  # its load step's bar: a note too
+                fields["diffusion_phase"] = Phase(event.fields["kind"])
+                self.note(event, note)
             else:
                 self.note(event, note)
             if event.rank_key in self.ranks:  # notes are evidence for ranks already seen only
@@ -190,6 +200,8 @@ class Reducer(Generic[Tracker]):
         milestone = event.milestone
         if milestone is Milestone.ERROR:
             self.touch(event, t)
+            if self.get("first_error_seq") is None:
+                fields["first_error_seq"] = seq
             # After a shutdown request errors are the shutdown; after ready only fatal lines matter.
             if not self.get("shut_down") and (self.ready is None or event.fatal):
                 fields["last_error"] = (seq, t, event)
@@ -209,6 +221,10 @@ class Reducer(Generic[Tracker]):
         log: `docker logs --tail`, a rotated file) it is a server past READY, serving; after start-up
         lines it is only evidence (the server's own warm-up request prints batches before READY)."""
         self.note(event, Note.SERVING)
+        if not self.get("served"):
+            self.fields["served"] = True
+        if event.fields.get("kind") == "stuck_batch" and not self.get("stuck_batch"):
+            self.fields["stuck_batch"] = True
         # vLLM sends itself no warm-up request: its engine stats and admitted requests (dialect "vllm")
         # are the server at work even after its start-up lines (it prints no ready line of its own).
         after_startup = event.dialect == "vllm" and event.fields.get("kind") in ("engine_stats", "request")

@@ -81,6 +81,15 @@ class Tracker:
     http_up: bool = False
     serving_only: bool = False  # READY read off serving lines: the attempt printed no start-up line
     progress_phase: Phase | None = None  # the phase of the latest progress bar read (Note.PROGRESS)
+    # The diffusion server's load bar ('Loading required modules'): a crash's phase; a hang that stops
+    # there is labelled with no phase (no language-model step applies to that server).
+    diffusion_phase: Phase | None = None
+    # For an attempt that printed no milestone (unmarked_phase): a serving note was read, one of them
+    # the scheduler watchdog's dump of its stuck batch; the first NCCL set-up line and the first error.
+    served: bool = False
+    stuck_batch: bool = False
+    nccl_setup_seq: int | None = None
+    first_error_seq: int | None = None
     shut_down: bool = False
     tail: tuple[str, ...] = ()
     launch: LaunchArgs | None = None  # the attempt's own arguments, when its launch line said
@@ -394,8 +403,12 @@ class Tracker:
                 missing.extend(r for r in entry.ranks if r not in missing)
             ranks = [e.key for e in self.expected()] or [s.label for s in self.rank_states if s.rank]
             basis = stack_basis(self.stacks_while_quiet(), ranks)
+            phase, phase_from = self.phase, "milestones" if self.phase is not None else None
+            if phase is None and self.last_milestone is None:
+                phase, phase_from = self.unmarked_phase(hung=True)
             return Hung(
-                phase=self.phase,
+                phase=phase,
+                phase_from=phase_from,
                 stuck_ranks=self.stuck_ranks(),
                 missing_ranks=tuple(missing),
                 evidence=self.evidence(),
@@ -431,6 +444,33 @@ class Tracker:
                 return Phase(hint)
         return None
 
+    def unmarked_phase(self, *, hung: bool) -> tuple[Phase | None, str | None]:
+        """Where an attempt that printed no milestone, and whose errors name no phase, was: (phase,
+        phase_from), from its other lines. Live and offline alike (kit analyze reads the verdict).
+
+        - The scheduler watchdog's dump of its stuck batch (0.5.23 `scheduler.cur_batch_for_debug...`,
+          0.4.7-0.5.x `self.cur_batch.batch_size()=`, written only while a batch runs): a hang while
+          serving (patterns.toml).
+        - A hang whose last step's sign is its progress bar (the weight loader's shards): that step, as
+          a crash's phase is read (`_crashed`).
+        - NCCL's own set-up lines (reducer.NCCL_SETUP) with no serving line, in a hang or before every
+          error of a crash: distributed init.
+
+        (A stretch of 0.3-0.4.6's retraction lines is a serving note, so READY, as the newer wording.)
+        """
+        if hung and self.stuck_batch:
+            return Phase.SERVING, "serving"
+        if hung and self.progress_phase is not None:
+            return self.progress_phase, "progress"
+        setup = self.nccl_setup_seq
+        if (
+            setup is not None
+            and not self.served
+            and (self.first_error_seq is None or self.first_error_seq > setup)
+        ):
+            return Phase.INIT, "nccl"
+        return None, None
+
     def _crashed(self, event: Event) -> Crashed:
         evidence = [event.text]
         if "traceback" in event.fields:
@@ -448,8 +488,9 @@ class Tracker:
             phase, phase_from = hint, None if hint is None else "exception"
         # No milestone and no phase in the traceback: a step's progress bar (the weight loader's
         # shards) was the last word on where start-up was.
-        if phase is None and self.progress_phase is not None:
-            phase, phase_from = self.progress_phase, "progress"
+        bar = self.progress_phase or self.diffusion_phase
+        if phase is None and bar is not None:
+            phase, phase_from = bar, "progress"
         # A message that names the step which raised it, after a milestone of a later phase.
         if phase is not None and phase_from == "milestones":
             raised = "\n".join(
@@ -459,6 +500,8 @@ class Tracker:
             over = default_patterns().phase_over(raised)
             if over is not None:
                 phase, phase_from = over, "exception"
+        if phase is None and self.last_milestone is None:
+            phase, phase_from = self.unmarked_phase(hung=False)
         return Crashed(
             phase=phase,
             evidence=tuple(evidence),

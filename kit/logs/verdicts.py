@@ -130,6 +130,9 @@ class Hung:
     conclusive: str = ""
     """The server's own word that decides without a quiet stretch (a proxy taking its warm-up
     requests; probes unanswered while it serves): what it is, in words; no stacks are needed."""
+    phase_from: str | None = None
+    """How the phase is known: "milestones", or for an attempt that printed none "serving" (the
+    watchdog's stuck-batch dump), "progress" (a step's bar), "nccl" (NCCL's set-up lines); None."""
     kind: VerdictKind = VerdictKind.HUNG
     exit_code: int = ExitCode.HUNG
 

@@ -208,6 +208,13 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "serving",
         {"kind": "retract"},
     ),
+    (  # 0.3-0.4.6 scheduler.py, scanned by the 'new_token_ratio: ' inside it
+        "[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio:"
+        " 0.1474 -> 0.1845",
+        Note.SERVING,
+        "serving",
+        {"kind": "retract"},
+    ),
     (
         P + "ReqTimeStats(rid=ab12, input_len=20, cached_input_len=0, output_len=8, attempts=1,"
         " type=unified): queue=0.10ms",
@@ -278,7 +285,7 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "Loading required modules:  80%|████████▏ | 4/5 [00:39<00:10, 10.94s/it]",
         Note.DIFFUSION,
         "diffusion",
-        {},
+        {"kind": "load"},
     ),
     ("[06-17 13:46:57] FastAPI app is shutting down...", Note.DIFFUSION, "diffusion", {}),
     (
@@ -710,6 +717,28 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         Note.SERVING,
         "serving",
         {"kind": "stuck_batch"},
+    ),
+    # 0.4.7-0.5.x srt/managers/scheduler.py watchdog_thread, before srt/utils/watchdog.py
+    (
+        "[2025-06-05 08:28:03 DP3 TP6] self.cur_batch.batch_size()=1, self.cur_batch.reqs=[Req(rid=71380)]",
+        Note.SERVING,
+        "serving",
+        {"kind": "stuck_batch"},
+    ),
+    # NVIDIA Dynamo's SGLang worker, once its engine is up (dynamo/sglang/register.py)
+    (
+        "[2026-07-05 19:45:29.924] Model registration succeeded; processing queued requests",
+        Note.SERVING,
+        "serving",
+        {"kind": "registered"},
+    ),
+    # vLLM csrc/custom_all_reduce.cuh CUDACHECK, relayed by Dynamo's vLLM worker
+    (
+        "2025-04-23T03:35:43.390Z  INFO dynamo_engine_vllm::worker: VLLM: Failed:"
+        " /workspace/csrc/custom_all_reduce.cuh:368 'invalid argument'",
+        Milestone.ERROR,
+        "vllm",
+        {"kind": "cuda_check", "exception": "invalid argument"},
     ),
     # SGLang 0.5.23 srt/utils/watchdog.py, the soft watchdog (its own block in patterns.toml)
     (

@@ -1,6 +1,6 @@
 """Phases and causes read from a log's own lines where no milestone says them (issue 37, third
 pass): each rule is SGLang's, vLLM's, NCCL's or torch's own behaviour, cited where the rule lives
-(patterns.toml, causes.toml, kit/logs/analyze.py _without_milestones). Lines are real: from the
+(patterns.toml, causes.toml, kit/logs/tracker.py Tracker.unmarked_phase). Lines are real: from the
 tuned corpora, or the upstream format strings filled in."""
 
 # ruff: noqa: E501 (real log lines)
