@@ -230,7 +230,6 @@ def analyze_text(
         phase_from = "milestones" if phase else None
     if tracker.serving_only and phase_from == "milestones":  # no milestone in it: its serving lines
         phase_from = "serving"
-    mid_life = tracker.serving_only
     stalled = _stalled(text, own) if outcome == "ready" else None
     if stalled is not None:
         # The server said it is stuck (no answer to its own health check, a soft watchdog) and no
@@ -293,7 +292,7 @@ def analyze_text(
         wrappers=[
             WrapperRow(kind=w.kind, title=w.title, count=w.count, example=w.example) for w in unwrapped.seen
         ],
-        mid_life=mid_life,
+        mid_life=tracker.serving_only,
         server="diffusion" if any(e.note is Note.DIFFUSION for e in own) else "language",
         serving=_serving(text, own, accept_floor),
     )
