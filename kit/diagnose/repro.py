@@ -206,6 +206,12 @@ def _size(shm: Any) -> int | None:
         return None
 
 
+def fresh_api_key() -> str:
+    """A random API key for a replay. Hex, never url-safe base64: a value starting with '-' (1 in 64 of
+    token_urlsafe's) is read by SGLang's argparse as a flag, so `--api-key -x...` exits 2 at start."""
+    return secrets.token_hex(24)
+
+
 def _fresh_api_keys(argv: list[str], notes: list[str]) -> list[str]:
     """A masked secret flag's value (--api-key <redacted>) becomes a fresh random one."""
     for i, arg in enumerate(argv):
@@ -214,9 +220,7 @@ def _fresh_api_keys(argv: list[str], notes: list[str]) -> list[str]:
             notes.append(
                 f"{trust.shown(flag, 40)}: the bundle's value was masked; the replay uses a fresh random one"
             )
-    return [
-        secrets.token_urlsafe(24) if a == MASK else a.replace(MASK, secrets.token_urlsafe(24)) for a in argv
-    ]
+    return [fresh_api_key() if a == MASK else a.replace(MASK, fresh_api_key()) for a in argv]
 
 
 def plan_replay(
@@ -286,7 +290,7 @@ def plan_replay(
         argv = [str(a) for a in _list(argv_recorded, "launch.argv", bundle)]
     argv, key_variable = trust.unwrap_api_key(argv)
     if key_variable:
-        argv += ["--api-key", secrets.token_urlsafe(24)]
+        argv += ["--api-key", fresh_api_key()]
         notes.append(
             f"the bundle's server read its API key from {key_variable} through the kit's wrapper; "
             "the replay passes a fresh random key instead"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from bundle_helpers import HUNG_RESULT, hung_input
 
@@ -10,7 +12,7 @@ from kit.diagnose import facts
 from kit.diagnose.bundle import build_members, read_bundle, write_bundle
 from kit.diagnose.redact import MASK, Redactor
 from kit.diagnose.replay_launch import patch_argv
-from kit.diagnose.repro import compare, find_image, plan_replay
+from kit.diagnose.repro import compare, find_image, fresh_api_key, plan_replay
 from kit.errors import EnvironmentProblem, ExitCode
 from kit.launch import resolve
 from kit.logs.limits import limits_from_spec
@@ -179,3 +181,13 @@ def test_the_plan_lists_the_deadlines_and_says_whether_they_decide_the_verdict(t
     view = plan_view(strict, [], {})
     assert view["limits"]["deadlines_decide"] is True
     assert "they decide the verdict (the bundle ended at one: DEADLINE)" in "\n".join(plan_lines(view))
+
+
+def test_a_fresh_api_key_is_never_read_as_a_flag(tmp_path):
+    # token_urlsafe starts 1 key in 64 with '-': SGLang's argparse then reads `--api-key -x..` as a
+    # missing value and the replay exits 2 (a docker test's flake). 2,000 draws of the old key had one
+    # with near certainty (1 - (63/64)**2000).
+    assert not [key for key in (fresh_api_key() for _ in range(2000)) if key.startswith("-")]
+    plan = plan_of(a_bundle(tmp_path), environ={})
+    key = plan.spec.argv[plan.spec.argv.index("--api-key") + 1]
+    assert re.fullmatch(r"[0-9a-f]{48}", key), key  # the replay's key is the helper's
