@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/corpus_score.py [--verbose] [--markdown]
         [--only in-sample|out-of-sample|out-of-sample-2|out-of-sample-3|out-of-sample-4|
-         out-of-sample-5]
+         out-of-sample-5|out-of-sample-6]
 
 Each log has the facts its thread established in the JSON beside it (`expected`). For each corpus
 this prints how often the outcome, the last milestone and the phase are right, and over the logs
@@ -28,7 +28,10 @@ counts, against the goals (90 % outcome and phase, 80 % top-3 cause).
   frozen before any rule changed for it (its README): the honest estimate of that pass. Its misses were
   read for the fourth pass (and its labels counted in the base rates), so it is tuned on since.
 - **out-of-sample-5** (tests/fixtures/sglang-logs-oos5): logs gathered for issue 37's fourth pass and
-  frozen before any rule changed for it (its README): the honest estimate now.
+  frozen before any rule changed for it (its README): the honest estimate of that pass.
+- **out-of-sample-6** (tests/fixtures/sglang-logs-oos6): logs gathered for issue 37's fifth pass and
+  frozen before any rule changed for it (its README): the honest estimate now. Its gatherers also
+  marked whether each passage itself names its labelled cause (`cause_in_passage`).
 
 `--markdown` prints the figures as the table docs/logs.md carries (one row per corpus), so the
 figures in the docs are the ones this script printed.
@@ -80,6 +83,10 @@ CORPORA = {
     "out-of-sample-5": (
         FIXTURES / "sglang-logs-oos5",
         "gathered 2026-12-05 for issue 37's fourth pass, frozen before its rules; never cited or tuned on",
+    ),
+    "out-of-sample-6": (
+        FIXTURES / "sglang-logs-oos6",
+        "gathered 2026-12-05 for issue 37's fifth pass, frozen before its rules; never cited or tuned on",
     ),
 }
 GOALS = {"outcome": 0.90, "phase": 0.90, "top-3 cause": 0.80}

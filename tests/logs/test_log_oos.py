@@ -1,4 +1,4 @@
-"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, -oos2 ... -oos5) stay out of sample.
+"""The out-of-sample corpora (tests/fixtures/sglang-logs-oos, -oos2 ... -oos6) stay out of sample.
 
 These logs were gathered after the causes book and the patterns were tuned; they are scored by
 benchmarks/corpus_score.py, never asserted against here (a test that the kit reads them right
@@ -24,6 +24,7 @@ GATHERED = {
     FIXTURES / "sglang-logs-oos3": "2026-12-05",
     FIXTURES / "sglang-logs-oos4": "2026-12-05",
     FIXTURES / "sglang-logs-oos5": "2026-12-05",
+    FIXTURES / "sglang-logs-oos6": "2026-12-05",
 }
 LOGS = sorted(log for folder in GATHERED for log in folder.glob("*.log"))
 # Where the kit's reading of logs lives: the causes book, the patterns, the dialects' log lines.
@@ -50,6 +51,7 @@ def _rule_text() -> str:
         (FIXTURES / "sglang-logs-oos3", 40),
         (FIXTURES / "sglang-logs-oos4", 40),
         (FIXTURES / "sglang-logs-oos5", 40),
+        (FIXTURES / "sglang-logs-oos6", 40),
     ],
 )
 def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(folder: Path, least: int):
@@ -71,9 +73,21 @@ def test_each_out_of_sample_corpus_holds_enough_real_logs_each_with_its_facts(fo
             assert expected["cause"] in causes, f"{log.name}: unknown cause {expected['cause']}"
 
 
+def test_the_sixth_sets_gatherers_said_whether_the_passage_itself_names_each_labelled_cause():
+    # Set at gathering, before the kit read the log: corpus_score.py's second cause figure rests on it.
+    for log in sorted((FIXTURES / "sglang-logs-oos6").glob("*.log")):
+        expected = _facts(log)["expected"]
+        if expected["cause"] is None:
+            assert expected.get("cause_in_passage") is None, log.name
+        elif expected["cause_in_passage"]:
+            assert expected["cause_words"] in log.read_text(encoding="utf-8"), log.name
+        else:
+            assert expected["cause_in_passage"] is False, log.name
+
+
 @pytest.mark.parametrize(
     "folder",
-    [FIXTURES / f"sglang-logs-oos{n}" for n in (2, 3, 4, 5)],
+    [FIXTURES / f"sglang-logs-oos{n}" for n in (2, 3, 4, 5, 6)],
 )
 def test_issue_37s_sets_lean_on_the_rest_of_a_servers_life(folder: Path):
     # Issue 37: at least 10 serving stretches and 5 logs wrapped by another tool in each set it froze.
