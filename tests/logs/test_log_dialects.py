@@ -362,7 +362,8 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
     # SGLang's other processes' loops (0.5.23 detokenizer_manager.py, tokenizer_manager.py,
     # data_parallel_controller.py, multi_tokenizer_mixin.py): '<Name> hit an exception: <traceback>'
     (
-        "[2025-01-25 21:59:49] DetokenizerManager hit an exception: KeyError: 'dc49ad867dc144249f59f4e85c7229cd'",
+        "[2025-01-25 21:59:49] DetokenizerManager hit an exception:"
+        " KeyError: 'dc49ad867dc144249f59f4e85c7229cd'",
         Milestone.ERROR,
         "errors",
         {"kind": "process_exception", "process": "DetokenizerManager"},
