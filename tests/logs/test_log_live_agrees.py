@@ -19,7 +19,14 @@ from kit.logs.verdicts import Crashed, Hung, Ready
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The tuned-on corpora (scripts/base_rates.py names the same): never a held-out set.
-TUNED = ("sglang-logs", "sglang-logs-oos", "sglang-logs-oos2", "sglang-logs-oos3", "sglang-logs-oos4")
+TUNED = (
+    "sglang-logs",
+    "sglang-logs-oos",
+    "sglang-logs-oos2",
+    "sglang-logs-oos3",
+    "sglang-logs-oos4",
+    "sglang-logs-oos5",
+)
 
 
 def _read(path: Path) -> str:
