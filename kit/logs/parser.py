@@ -244,6 +244,7 @@ class LogParser:
             hint = self._patterns.phase_of(line)
             if hint is not None:
                 fields["phase_hint"] = hint.value
+                _mark_over(fields, self._patterns, line)
         return Event(  # positional: a hundred thousand of these per log of restarts
             self._line_no,
             time,
@@ -294,6 +295,7 @@ class LogParser:
             hint = self._patterns.phase_of(line_body(context))
         if hint is not None:
             fields["phase_hint"] = hint.value
+            _mark_over(fields, self._patterns, fields["traceback"])
         return Event(
             line_no=pending.line_no,
             time=time,
@@ -304,6 +306,15 @@ class LogParser:
             dialect="errors",
             fatal=fatal,
         )
+
+
+def _mark_over(fields: dict[str, Any], patterns: PatternSet, text: str) -> None:
+    """Mark an error whose message names the step that raised it even after a later step's
+    milestone (a rule with `over_milestones`; PatternSet.phase_over). Only an error with a phase
+    hint can: such a rule's message is one of the messages phase_of reads first."""
+    over = patterns.phase_over(text)
+    if over is not None:
+        fields["phase_over"] = over.value
 
 
 def parse_text(text: str, patterns: PatternSet | None = None, *, unwrap: bool = True) -> list[Event]:

@@ -34,7 +34,6 @@ from kit.logs.events import (
     Rank,
 )
 from kit.logs.launch import ExpectedRank, LaunchArgs
-from kit.logs.patterns import default_patterns
 from kit.logs.reducer import Log, Reducer
 from kit.logs.stacks import StackSample, moved, stack_basis
 from kit.logs.verdicts import (
@@ -491,15 +490,13 @@ class Tracker:
         bar = self.progress_phase or self.diffusion_phase
         if phase is None and bar is not None:
             phase, phase_from = bar, "progress"
-        # A message that names the step which raised it, after a milestone of a later phase.
+        # A message that names the step which raised it, after a milestone of a later phase (the
+        # parser marks such an error with the patterns it read the log with: `phase_over`).
         if phase is not None and phase_from == "milestones":
-            raised = "\n".join(
-                str(e.fields.get("exception") or e.fields.get("traceback") or e.text)
-                for e in (event, *self.recent_errors)
-            )
-            over = default_patterns().phase_over(raised)
+            errors = (event, *self.recent_errors)
+            over = next((e.fields["phase_over"] for e in errors if "phase_over" in e.fields), None)
             if over is not None:
-                phase, phase_from = over, "exception"
+                phase, phase_from = Phase(over), "exception"
         if phase is None and self.last_milestone is None:
             phase, phase_from = self.unmarked_phase(hung=False)
         return Crashed(

@@ -359,6 +359,41 @@ CASES: list[tuple[str, Milestone | Note, str, dict]] = [
         "errors",
         {"kind": "scheduler_exception", "exception": "ValueError: bad"},
     ),
+    # SGLang's other processes' loops (0.5.23 detokenizer_manager.py, tokenizer_manager.py,
+    # data_parallel_controller.py, multi_tokenizer_mixin.py): '<Name> hit an exception: <traceback>'
+    (
+        "[2025-01-25 21:59:49] DetokenizerManager hit an exception:"
+        " KeyError: 'dc49ad867dc144249f59f4e85c7229cd'",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "process_exception", "process": "DetokenizerManager"},
+    ),
+    (
+        M + "TokenizerManager hit an exception: RuntimeError: bad",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "process_exception", "process": "TokenizerManager"},
+    ),
+    (
+        M + "DataParallelController hit an exception: RuntimeError: bad",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "process_exception", "process": "DataParallelController"},
+    ),
+    (
+        M + "MultiTokenizerRouter hit an exception: RuntimeError: bad",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "process_exception", "process": "MultiTokenizerRouter"},
+    ),
+    # FlashInfer include/flashinfer/exception.h flashinfer::Error, as its Python exception prints it
+    (
+        "tvm.error.InternalError: Error in function 'TllmGenFmhaRunner' at"
+        " /workspace/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture",
+        Milestone.ERROR,
+        "errors",
+        {"kind": "flashinfer_error", "function": "TllmGenFmhaRunner"},
+    ),
     (
         M + "Rank 3 scheduler is dead. Please check if there are relevant logs.",
         Milestone.ERROR,

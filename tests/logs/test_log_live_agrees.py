@@ -8,6 +8,7 @@ tuned corpora's logs that print no milestone through `analyze_text` and through 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,19 @@ from kit.logs.attempts import Attempts
 from kit.logs.parser import LogParser
 from kit.logs.verdicts import Crashed, Hung, Ready
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-# The tuned-on corpora (scripts/base_rates.py names the same): never a held-out set.
-TUNED = ("sglang-logs", "sglang-logs-oos", "sglang-logs-oos2", "sglang-logs-oos3", "sglang-logs-oos4")
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _tuned() -> tuple[str, ...]:
+    """The tuned-on corpora, as scripts/base_rates.py names them: never a held-out set."""
+    spec = importlib.util.spec_from_file_location("base_rates_script", ROOT / "scripts" / "base_rates.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CORPORA
+
+
+TUNED = _tuned()
 
 
 def _read(path: Path) -> str:
