@@ -40,7 +40,11 @@ def test_in_ci_only_the_allowed_skips_pass(pytester, monkeypatch):
     pytester.makepyfile(test_suite=SUITE)
     monkeypatch.setenv("CI", "true")
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider")
-    result.assert_outcomes(skipped=2, failed=2, xfailed=1)
+    # The engine's test fails at call, or at setup (an error) where the kit's pytest plugin finds no engine
+    # first: either way it is not a quiet skip.
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped") == 2 and outcomes.get("xfailed") == 1, outcomes
+    assert outcomes.get("failed", 0) + outcomes.get("errors", outcomes.get("error", 0)) == 2, outcomes
     result.stdout.fnmatch_lines(["*FAILED*test_needs_torch*not on tests/conftest.py's ALLOWED_SKIPS*"])
     monkeypatch.setenv("CI", "false")
     pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(skipped=4, xfailed=1)
