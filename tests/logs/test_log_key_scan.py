@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from kit.logs import analyze_text, parse_text
 from kit.logs import parser as parser_module
-from kit.logs.patterns import MARK, default_patterns, key_scan
+from kit.logs.patterns import MARK, default_patterns, key_scan, key_tails
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = sorted((FIXTURES / "sglang-logs").glob("*.log")) + sorted((FIXTURES / "kit-logs").glob("*.log"))
@@ -32,11 +32,13 @@ WORDS = sorted(default_patterns().by_scan)
 
 
 @contextlib.contextmanager
-def key_path(piece_chars: int):
-    """The key scan for every text, translated `piece_chars` characters (to a line's end) at a time."""
+def key_path(piece_chars: int, lazy_misses: int = 1):
+    """The key scan for every text, translated `piece_chars` characters (to a line's end) at a time,
+    a narrowed scan's own KeyScan built after `lazy_misses` lines found in vain by a wider one."""
     with (
         mock.patch.object(parser_module, "_KEY_SCAN_MIN_CHARS", 0),
         mock.patch.object(parser_module, "_CHUNK_CHARS", piece_chars),
+        mock.patch.object(parser_module, "_LAZY_MISSES", lazy_misses),
     ):
         yield
 
@@ -119,7 +121,7 @@ def test_the_keyed_search_finds_the_scans_own_hits(text, counts, piece_chars):
     scan = default_patterns().scan
     starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
     with key_path(piece_chars):
-        keyed = parser_module._KeyedSearch(scan, tuple(WORDS), text, counts)
+        keyed = parser_module._KeyedSearch(default_patterns(), text, counts)
         for pos in starts:
             expected, hit = scan.search(text, pos), keyed.search(pos)
             assert (hit and (hit.span(), hit.group())) == (expected and (expected.span(), expected.group()))
@@ -129,9 +131,52 @@ def test_each_marked_tail_keeps_four_characters_after_its_key():
     """Marked, a tail of one or two characters (`==` of `is using nccl==`) would match nearly every
     key character of a log: each line a candidate, searched in Python (measured: 450,000 of them on
     the 1M-line serving log, slower than no key scan at all)."""
-    words = tuple(WORDS)
-    counts = {ch: 100 for word in words for ch in word} | {"=": 0, ")": 0, ":": 0}  # at words' ends
-    keys = key_scan(words, counts)
-    for tail in keys.tails:
-        assert len(tail) >= 4 or tail in words, tail
+    counts = {ch: 100 for word in WORDS for ch in word} | {"=": 0, ")": 0, ":": 0}  # at words' ends
+    tails = key_tails(tuple(WORDS), counts)
+    for word, tail in tails.items():
+        assert len(tail) >= min(len(word), 4), tail
+    keys = key_scan(tails.values(), "".join({tail[0] for tail in tails.values()}))
     assert keys.marked.pattern.startswith(re.escape(MARK))  # one literal first: the engine's fast loop
+
+
+def test_a_scan_the_key_scan_in_use_does_not_cover_gets_its_own_at_once():
+    """A KeyScan in use may stand for a narrower scan (its own is built lazily) only if it looks
+    for all that scan's words: after `Decode batch` was dropped, a scan that has it again (a new
+    launch, then another `once` line read in the same step) must not search with the old one."""
+    patterns = default_patterns()
+    decode, p2p = patterns.by_scan["Decode batch"][0], patterns.by_scan["via P2P/"][0]
+    text = "noise\n[2026-12-02 13:00:00 TP0] Decode batch. #running-req: 1\n"
+    keyed = parser_module._KeyedSearch(patterns, text, {})
+    without_decode = patterns.scan_without(frozenset({decode}))
+    keyed.use(without_decode, {decode})
+    keyed._switch(*keyed._build(without_decode, frozenset({decode})))
+    keyed.use(patterns.scan_without(frozenset({p2p})), {p2p})
+    hit = keyed.search(0)
+    assert hit is not None and hit.group() == "Decode batch"
+
+
+def test_a_wider_key_scan_forgets_the_narrower_ones_next_hit():
+    """At a new launch the scan widens again: a line the narrower KeyScan skipped may hold a hit."""
+    patterns = default_patterns()
+    decode = patterns.by_scan["Decode batch"][0]
+    text = "Decode batch. #running-req: 1\nInit torch distributed begin.\n"
+    keyed = parser_module._KeyedSearch(patterns, text, {})
+    without_decode = patterns.scan_without(frozenset({decode}))
+    keyed.use(without_decode, {decode})
+    keyed._switch(*keyed._build(without_decode, frozenset({decode})))
+    assert keyed.search(0).group() == "Init torch distributed begin"
+    keyed.use(patterns.scan, set())
+    assert keyed.search(0).group() == "Decode batch"
+
+
+def test_a_narrowed_scan_gets_its_own_key_scan_after_lines_found_in_vain():
+    """Until then the wider KeyScan finds every line of the dropped word (thousands of NCCL channel
+    lines, every decode line of a serving log), each searched in Python."""
+    patterns = default_patterns()
+    decode = patterns.by_scan["Decode batch"][0]
+    text = "[2026-12-02 13:00:00 TP0] Decode batch. #running-req: 1\n" * 5 + "Killed\n"
+    keyed = parser_module._KeyedSearch(patterns, text, {})
+    keyed.use(patterns.scan_without(frozenset({decode})), {decode})
+    with mock.patch.object(parser_module, "_LAZY_MISSES", 3):
+        assert keyed.search(0).group() == "Killed"
+    assert keyed._key_seen == {decode}
