@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from kit.logs import analyze_text, parse_text
 from kit.logs import parser as parser_module
-from kit.logs.patterns import MARK, default_patterns, key_scan, key_tails
+from kit.logs.patterns import MARK, build_pattern_set, default_patterns, key_scan, key_tails
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = sorted((FIXTURES / "sglang-logs").glob("*.log")) + sorted((FIXTURES / "kit-logs").glob("*.log"))
@@ -180,3 +180,26 @@ def test_a_narrowed_scan_gets_its_own_key_scan_after_lines_found_in_vain():
     with mock.patch.object(parser_module, "_LAZY_MISSES", 3):
         assert keyed.search(0).group() == "Killed"
     assert keyed._key_seen == {decode}
+
+
+def test_a_word_off_ascii_is_found_in_pieces_off_ascii():
+    """With such a word, a piece that is not ASCII is searched with the scan itself (its `?` in
+    place of each other character would hide the word)."""
+    patterns = build_pattern_set(
+        {
+            "dialect": [
+                {
+                    "name": "0.9",
+                    "pattern": [
+                        {"milestone": "init.begin", "scan": "Démarrage distribué"},
+                        {"milestone": "load.begin", "scan": "Load weight begin"},
+                    ],
+                }
+            ]
+        }
+    )
+    text = "█ 1/2\n[2026-12-02 13:00:00 TP0] Démarrage distribué\nLoad weight begin\n" * 3
+    plain = parse_text(text, patterns)
+    assert len(plain) == 6
+    with key_path(20):
+        assert parse_text(text, patterns) == plain
