@@ -37,6 +37,7 @@ def key_path(piece_chars: int, lazy_misses: int = 1):
     a narrowed scan's own KeyScan built after `lazy_misses` lines found in vain by a wider one."""
     with (
         mock.patch.object(parser_module, "_KEY_SCAN_MIN_CHARS", 0),
+        mock.patch.object(parser_module, "_SPARSE_CHARS", 0),
         mock.patch.object(parser_module, "_CHUNK_CHARS", piece_chars),
         mock.patch.object(parser_module, "_LAZY_MISSES", lazy_misses),
     ):
@@ -44,7 +45,7 @@ def key_path(piece_chars: int, lazy_misses: int = 1):
 
 
 def test_the_key_path_is_taken_from_the_threshold_on(monkeypatch):
-    """A long text goes through _KeyedSearch, a short one not (else the tests below prove nothing)."""
+    """A long text with few words goes through _KeyedSearch; a short one, or one dense with words, not."""
     built = []
     real = parser_module._KeyedSearch
 
@@ -53,10 +54,13 @@ def test_the_key_path_is_taken_from_the_threshold_on(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(parser_module, "_KeyedSearch", spy)
-    parse_text("Init torch distributed begin.\n" * 10)
+    sparse = "[2026-12-02 13:00:00 TP0] Decode batch. #running-req: 1, #token: 0\n" * 20_000  # 1.3 MB
+    parse_text(sparse[:10_000])
     assert built == []
-    parse_text("Init torch distributed begin.\n" * 40_000)  # 1.2 MB
-    assert built
+    parse_text(sparse + "Killed\n")
+    assert len(built) == 1
+    parse_text("Init torch distributed begin.\n" * 40_000)  # 1.2 MB, a word on every line: not taken
+    assert len(built) == 1
 
 
 @pytest.mark.parametrize("piece_chars", [1, 97, 1 << 20])
