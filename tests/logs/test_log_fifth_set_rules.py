@@ -9,6 +9,8 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 
+from report_views import cause_ids
+
 from kit.logs import Phase, analyze_text
 from kit.logs.analyze import replay
 from kit.logs.parser import parse_text
@@ -134,10 +136,6 @@ RuntimeError: the loader's own words
 """
 
 
-def _ids(report) -> list[str]:
-    return [c.id for c in report.likely_causes]
-
-
 def test_the_detokenizers_exception_ends_the_server_while_serving():
     report = analyze_text(DETOKENIZER)
     assert (report.outcome, report.phase) == ("crashed", Phase.SERVING)
@@ -154,7 +152,7 @@ def test_the_loops_handling_of_a_batchs_result_is_serving():
 def test_the_kv_pools_own_buffers_are_the_memory_step():
     report = analyze_text(KV_BUFFERS)
     assert (report.outcome, report.phase) == ("crashed", Phase.MEMORY)
-    assert _ids(report)[0] == "kv-pool-oom"
+    assert cause_ids(report)[0] == "kv-pool-oom"
 
 
 def test_vllms_executor_naming_the_step_it_called_gives_the_phase():
@@ -171,19 +169,19 @@ def test_journalctls_short_format_in_another_locale_is_taken_off():
 def test_flashinfers_trtllm_gen_runner_refusing_the_gpu_is_the_attention_backend():
     report = analyze_text(TLLM_GEN_REFUSED)
     assert (report.outcome, report.phase) == ("crashed", Phase.CAPTURE)
-    assert _ids(report)[0] == "sm120-backend" and not report.likely_causes[0].generic
+    assert cause_ids(report)[0] == "sm120-backend" and not report.likely_causes[0].generic
 
 
 def test_the_schedulers_exception_on_the_warmup_request_is_that_cause():
     report = analyze_text(WARMUP_SCHEDULER)
     assert (report.outcome, report.phase) == ("crashed", Phase.WARMUP)
-    assert _ids(report)[0] == "serving-scheduler-exception"
+    assert cause_ids(report)[0] == "serving-scheduler-exception"
 
 
 def test_a_traceback_cut_in_a_kv_slot_allocator_names_the_serving_oom():
     report = analyze_text(KV_SLOTS_CUT)
     assert (report.outcome, report.phase) == ("crashed", Phase.SERVING)
-    assert "serving-oom" in _ids(report)[:3]
+    assert "serving-oom" in cause_ids(report)[:3]
     assert not next(c for c in report.likely_causes if c.id == "serving-oom").generic
 
 

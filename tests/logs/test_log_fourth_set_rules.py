@@ -6,6 +6,8 @@ rule lives (causes.toml, patterns.toml, kit/logs/reducer.py). Lines are real: fr
 
 from __future__ import annotations
 
+from report_views import cause_ids
+
 from kit.logs import Phase, analyze_text
 
 # SGLang's floor (srt/model_executor/model_runner*.py): a capability under 7.5 is refused outright; the
@@ -116,29 +118,25 @@ DYNAMO_REGISTERED = """\
 """
 
 
-def _ids(report) -> list[str]:
-    return [c.id for c in report.likely_causes]
-
-
 def test_a_gpu_under_sglangs_sm75_floor_is_the_wrong_architecture():
     report = analyze_text(SM75_FLOOR)
-    assert _ids(report)[0] == "wrong-arch" and not report.likely_causes[0].generic
+    assert cause_ids(report)[0] == "wrong-arch" and not report.likely_causes[0].generic
 
 
 def test_a_loaders_narrow_past_the_tensor_is_a_checkpoint_that_does_not_split_over_tp():
     report = analyze_text(NARROW)
     assert (report.outcome, report.phase) == ("crashed", Phase.LOAD)
-    assert _ids(report)[0] == "quant-tp-split" and not report.likely_causes[0].generic
+    assert cause_ids(report)[0] == "quant-tp-split" and not report.likely_causes[0].generic
 
 
 def test_an_oom_after_the_running_engines_own_api_is_a_serving_oom():
-    assert _ids(analyze_text(RL_ENGINE_OOM))[0] == "serving-oom"
-    assert _ids(analyze_text(BARE_OOM))[0] == "gpu-oom-load"
+    assert cause_ids(analyze_text(RL_ENGINE_OOM))[0] == "serving-oom"
+    assert cause_ids(analyze_text(BARE_OOM))[0] == "gpu-oom-load"
 
 
 def test_sglangs_kv_slot_words_while_serving_are_a_serving_oom():
     report = analyze_text(KV_SLOTS)
-    assert "serving-oom" in _ids(report)[:2]
+    assert "serving-oom" in cause_ids(report)[:2]
     assert not next(c for c in report.likely_causes if c.id == "serving-oom").generic
 
 
@@ -150,7 +148,7 @@ def test_the_old_controllers_loop_and_decode_step_are_serving():
 def test_a_vllm_graphs_capture_end_is_capture():
     report = analyze_text(VLLM_CAPTURE_END)
     assert (report.outcome, report.phase) == ("crashed", Phase.CAPTURE)
-    assert _ids(report)[0] == "capture-oom"
+    assert cause_ids(report)[0] == "capture-oom"
 
 
 def test_a_diffusion_crash_after_its_module_load_bar_is_in_load_and_its_hang_names_no_phase():
@@ -163,7 +161,7 @@ def test_a_diffusion_crash_after_its_module_load_bar_is_in_load_and_its_hang_nam
 def test_vllms_cudacheck_failure_relayed_by_dynamo_is_a_crash():
     report = analyze_text(VLLM_CUDACHECK)
     assert (report.outcome, report.phase) == ("crashed", Phase.CAPTURE)
-    assert _ids(report)[0] == "custom-allreduce"
+    assert cause_ids(report)[0] == "custom-allreduce"
 
 
 def test_the_old_watchdogs_dump_of_its_batch_is_a_hang_while_serving():

@@ -7,6 +7,8 @@ tuned corpora, or the upstream format strings filled in."""
 
 from __future__ import annotations
 
+from report_views import cause_ids
+
 from kit.logs import Phase, analyze_text
 
 # vLLM V1: the worker's 'Available KV cache memory' (kv.ready), then the KV check raising
@@ -88,20 +90,16 @@ SERVING_THEN_NCCL_WATCHDOG = """\
 """
 
 
-def _ids(report) -> list[str]:
-    return [c.id for c in report.likely_causes]
-
-
 def test_vllms_kv_check_is_the_memory_step_and_the_kv_pool_whatever_the_kv_milestone_said():
     report = analyze_text(VLLM_KV_CHECK)
     assert (report.outcome, report.phase) == ("crashed", Phase.MEMORY)
-    assert _ids(report)[0] == "kv-pool-oom" and not report.likely_causes[0].generic
+    assert cause_ids(report)[0] == "kv-pool-oom" and not report.likely_causes[0].generic
 
 
 def test_the_scheduler_watchdogs_dump_of_its_batch_is_a_hang_while_serving_a_stuck_collective():
     report = analyze_text(WATCHDOG_DUMP)
     assert (report.outcome, report.phase) == ("hung", Phase.SERVING)
-    assert _ids(report)[0] == "serving-collective-stuck" and not report.likely_causes[0].generic
+    assert cause_ids(report)[0] == "serving-collective-stuck" and not report.likely_causes[0].generic
 
 
 def test_a_stretch_of_only_old_retraction_lines_is_a_server_serving():
@@ -118,7 +116,7 @@ def test_the_overlap_workers_thread_is_serving():
 def test_a_batchs_model_worker_view_is_serving():
     report = analyze_text(MODEL_WORKER_BATCH)
     assert (report.outcome, report.phase) == ("crashed", Phase.SERVING)
-    assert _ids(report)[0] == "cuda-illegal-access"
+    assert cause_ids(report)[0] == "cuda-illegal-access"
 
 
 def test_the_workers_forward_of_a_batch_is_serving():
@@ -144,4 +142,4 @@ def test_the_frameworks_nccl_version_line_alone_names_no_phase():
 def test_torchs_nccl_watchdog_after_the_schedulers_batches_is_serving():
     report = analyze_text(SERVING_THEN_NCCL_WATCHDOG)
     assert (report.outcome, report.phase) == ("crashed", Phase.SERVING)
-    assert _ids(report)[0] == "serving-collective-stuck"
+    assert cause_ids(report)[0] == "serving-collective-stuck"
